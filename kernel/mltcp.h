@@ -1,0 +1,450 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * mltcp.h - state and logic shared by every MLTCP congestion module.
+ *
+ * MLTCP scales a flow's window growth by F(bytes_ratio), where bytes_ratio is
+ * the fraction of its training job's per-iteration byte budget already acked
+ * on this host.  This header holds the part that is the same for every
+ * algorithm: the pinned maps (job config, job state, flow table,
+ * classification rules, socket tags), flow classification, the iteration
+ * tracker and the F computation.  The tracker mirrors mltcp/iteration.py
+ * exactly; change both together (tests/test_kernel_accounting.py compares
+ * them on a real sender).
+ *
+ * Layout contract with user space (mltcp/maps.py): MLTCP_ABI_VERSION must be
+ * bumped whenever a struct below changes; the control plane refuses to talk
+ * to modules built with another version (and a config written with another
+ * version is ignored here, so a mismatch degrades to the standard algorithm).
+ */
+#ifndef __MLTCP_H
+#define __MLTCP_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+
+char _license[] SEC("license") = "GPL";
+
+#define MLTCP_ABI_VERSION 1
+#define MLTCP_MAX_JOBS 256          /* job ids 1..255; 0 means "no job" */
+#define MLTCP_MAX_FLOWS 16384
+#define MLTCP_MAX_RULES 1024
+#define MLTCP_HISTORY 8              /* boundary samples kept per job (power of 2) */
+#define MLTCP_FP_SHIFT 16
+#define MLTCP_FP_ONE (1U << MLTCP_FP_SHIFT)
+#define MLTCP_TAIL_SHIFT 4           /* a tail below budget/16 after a wrap is not a new iteration */
+#define MLTCP_REPORT_NS 1000000ULL   /* flow table refresh period */
+
+#define MLTCP_JOB_ENABLED 0x1
+
+/* Module ids, also used by the sockops classifier to pick the CC to set. */
+#define MLTCP_CC_NONE 0
+#define MLTCP_CC_RENO 1
+#define MLTCP_CC_CUBIC 2
+#define MLTCP_CC_DCTCP 3
+
+/* Kernel constants that are macros (so not in vmlinux.h). */
+#define TCP_CONG_NEEDS_ECN 0x2
+#define TCP_ECN_OK 1
+#define TCP_ECN_DEMAND_CWR 4
+#define AF_INET 2
+#define AF_INET6 10
+
+/* Written by the control plane; read on every ACK. */
+struct mltcp_job_cfg {
+	__u64 budget;        /* bytes per iteration on this host, 0 = unknown (F = 1, learning) */
+	__u64 gap_ns;        /* an ACK-less gap longer than this starts a new iteration */
+	__u64 refreshed_ns;  /* CLOCK_MONOTONIC of the control plane's last refresh */
+	__u64 stale_ns;      /* config older than this falls back to F = 1; 0 = never */
+	__u32 slope_fp;      /* Q16.16 */
+	__u32 intercept_fp;  /* Q16.16 */
+	__u32 cap_fp;        /* Q16.16, 0 = no cap */
+	__u32 signal_seq;    /* bumped by an explicit end-of-iteration signal */
+	__u32 flags;         /* MLTCP_JOB_ENABLED */
+	__u32 cc;            /* MLTCP_CC_* that the sockops classifier selects */
+	__u32 abi;           /* must equal MLTCP_ABI_VERSION */
+	__u32 _pad;
+};
+
+/* Per job per host, shared by all of the job's connections. */
+struct mltcp_job_state {
+	struct bpf_spin_lock lock;
+	__u32 f_fp;             /* current F, Q16.16 */
+	__u64 bytes_in_iter;    /* bytes acked in the current iteration (wraps at budget) */
+	__u64 bytes_since_gap;  /* bytes since the last gap/signal boundary */
+	__u64 iteration;        /* completed iterations */
+	__u64 last_ack_ns;
+	__u64 last_iter_bytes;  /* bytes between the last two gap/signal boundaries */
+	__u64 total_bytes;
+	__u64 iter_start_ns;    /* first ACK of the current iteration */
+	__u64 wraps;            /* boundaries by budget wrap */
+	__u64 gaps;             /* boundaries by idle gap */
+	__u64 signals;          /* boundaries by explicit signal */
+	__u64 cwnd_reductions;  /* ssthresh() calls on the job's flows */
+	__u32 signal_seen;
+	__u32 hist_len;         /* valid entries in hist (<= MLTCP_HISTORY) */
+	__u32 hist_head;        /* next slot to write */
+	__u32 _pad;
+	__u64 hist[MLTCP_HISTORY];
+};
+
+/* What `mltcp status` shows per flow; keyed by the socket's address. */
+struct mltcp_flow_info {
+	__u32 job_id;
+	__u32 cc;
+	__u32 family;
+	__u16 sport;          /* host order */
+	__u16 dport;          /* host order */
+	__u32 saddr[4];
+	__u32 daddr[4];
+	__u32 cwnd;
+	__u32 ssthresh;
+	__u32 srtt_us;
+	__u32 f_fp;
+	__u64 bytes_acked;
+	__u64 updated_ns;
+	__u64 cwnd_reductions;
+	__u64 loss_reductions;
+};
+
+/* Destination/port classification rule. */
+struct mltcp_rule_key {
+	__u32 family;         /* AF_INET / AF_INET6, 0 = any address */
+	__u32 port;           /* host order, 0 = any port */
+	__u32 port_is_local;  /* 1: match the local (listening) port instead of the remote one */
+	__u32 addr[4];        /* remote address; all zero = any */
+};
+
+/* Tag that the sockops classifier puts on a job's socket. */
+struct mltcp_sk_tag {
+	__u32 job_id;
+};
+
+/* Per-flow state kept in the CC's private area, after the algorithm's own. */
+struct mltcp_flow {
+	__u32 job_id;
+	__u32 f_fp;
+	__u64 last_bytes_acked;
+	__u64 next_report_ns;
+	__u32 frac;           /* fractional scaled ACK carried to the next ACK (Q16) */
+	__u32 flags;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MLTCP_MAX_JOBS);
+	__type(key, __u32);
+	__type(value, struct mltcp_job_cfg);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} mltcp_job_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MLTCP_MAX_JOBS);
+	__type(key, __u32);
+	__type(value, struct mltcp_job_state);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} mltcp_job_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MLTCP_MAX_FLOWS);
+	__type(key, __u64);
+	__type(value, struct mltcp_flow_info);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} mltcp_flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MLTCP_MAX_RULES);
+	__type(key, struct mltcp_rule_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} mltcp_rules SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC | BPF_F_CLONE); /* children of a tagged listener inherit its job */
+	__type(key, int);
+	__type(value, struct mltcp_sk_tag);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} mltcp_sk_tags SEC(".maps");
+
+static __always_inline struct tcp_sock *mltcp_tcp_sk(struct sock *sk)
+{
+	return (struct tcp_sock *)sk;
+}
+
+static __always_inline struct inet_connection_sock *mltcp_icsk(struct sock *sk)
+{
+	return (struct inet_connection_sock *)sk;
+}
+
+static __always_inline void *mltcp_ca_priv(struct sock *sk)
+{
+	return (void *)mltcp_icsk(sk)->icsk_ca_priv;
+}
+
+static __always_inline __u32 mltcp_rule_lookup(__u32 family, const __u32 *raddr, __u16 rport,
+					       __u16 lport)
+{
+	struct mltcp_rule_key key = {};
+	__u32 *job;
+
+	key.family = family;
+	key.addr[0] = raddr[0];
+	key.addr[1] = raddr[1];
+	key.addr[2] = raddr[2];
+	key.addr[3] = raddr[3];
+	key.port = rport;
+	job = bpf_map_lookup_elem(&mltcp_rules, &key);
+	if (job)
+		return *job;
+	key.port = 0;
+	job = bpf_map_lookup_elem(&mltcp_rules, &key);
+	if (job)
+		return *job;
+	__builtin_memset(&key, 0, sizeof(key));
+	key.port = rport;
+	job = bpf_map_lookup_elem(&mltcp_rules, &key);
+	if (job)
+		return *job;
+	key.port = lport;
+	key.port_is_local = 1;
+	job = bpf_map_lookup_elem(&mltcp_rules, &key);
+	if (job)
+		return *job;
+	return 0;
+}
+
+/* Which job owns this socket: the sockops tag first, then the rules. */
+static __always_inline __u32 mltcp_classify(struct sock *sk)
+{
+	struct mltcp_sk_tag *tag;
+	__u32 raddr[4] = {};
+	__u32 family = sk->__sk_common.skc_family;
+
+	tag = bpf_sk_storage_get(&mltcp_sk_tags, sk, 0, 0);
+	if (tag && tag->job_id)
+		return tag->job_id;
+	if (family == AF_INET) {
+		raddr[0] = sk->__sk_common.skc_daddr;
+	} else if (family == AF_INET6) {
+		raddr[0] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[0];
+		raddr[1] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[1];
+		raddr[2] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[2];
+		raddr[3] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[3];
+	} else {
+		return 0;
+	}
+	return mltcp_rule_lookup(family, raddr, bpf_ntohs(sk->__sk_common.skc_dport),
+				 sk->__sk_common.skc_num);
+}
+
+static __always_inline void mltcp_flow_init(struct sock *sk, struct mltcp_flow *fl)
+{
+	fl->job_id = mltcp_classify(sk);
+	fl->f_fp = MLTCP_FP_ONE;
+	fl->last_bytes_acked = mltcp_tcp_sk(sk)->bytes_acked;
+	fl->next_report_ns = 0;
+	fl->frac = 0;
+	fl->flags = 0;
+}
+
+static __always_inline void mltcp_flow_release(struct sock *sk)
+{
+	__u64 key = (__u64)sk;
+
+	bpf_map_delete_elem(&mltcp_flows, &key);
+}
+
+/* F = intercept + slope * min(bytes/budget, 1), optionally capped; Q16.16. */
+static __always_inline __u32 mltcp_f_fixed(const struct mltcp_job_cfg *cfg, __u64 bytes,
+					   __u64 budget)
+{
+	__u64 ratio, f;
+
+	if (!budget)
+		return MLTCP_FP_ONE;
+	ratio = (bytes << MLTCP_FP_SHIFT) / budget;
+	if (ratio > MLTCP_FP_ONE)
+		ratio = MLTCP_FP_ONE;
+	f = cfg->intercept_fp + (((__u64)cfg->slope_fp * ratio) >> MLTCP_FP_SHIFT);
+	if (cfg->cap_fp && f > cfg->cap_fp)
+		f = cfg->cap_fp;
+	return (__u32)f;
+}
+
+static __always_inline int mltcp_cfg_usable(const struct mltcp_job_cfg *cfg)
+{
+	return (cfg->flags & MLTCP_JOB_ENABLED) && cfg->abi == MLTCP_ABI_VERSION;
+}
+
+/*
+ * Account the bytes this ACK delivered to the flow's job and return the job's
+ * F.  Called from pkts_acked(), i.e. on every ACK that acks data, also during
+ * recovery, so iteration boundaries never lag behind the wire.
+ */
+static __always_inline __u32 mltcp_on_ack(struct sock *sk, struct mltcp_flow *fl, __u32 cc)
+{
+	struct tcp_sock *tp = mltcp_tcp_sk(sk);
+	struct mltcp_job_state *st;
+	struct mltcp_job_cfg *cfg;
+	__u64 acked = tp->bytes_acked;
+	__u64 delta = acked - fl->last_bytes_acked;
+	__u32 job = fl->job_id;
+	__u64 now, budget, tail;
+	__s64 age;
+	int boundary = 0, stale = 0;
+	__u32 f;
+
+	fl->last_bytes_acked = acked;
+	if (!job || job >= MLTCP_MAX_JOBS) {
+		fl->f_fp = MLTCP_FP_ONE;
+		return MLTCP_FP_ONE;
+	}
+	cfg = bpf_map_lookup_elem(&mltcp_job_cfg, &job);
+	st = bpf_map_lookup_elem(&mltcp_job_state, &job);
+	if (!cfg || !st || !mltcp_cfg_usable(cfg)) {
+		fl->f_fp = MLTCP_FP_ONE;
+		return MLTCP_FP_ONE;
+	}
+	now = bpf_ktime_get_ns();
+	age = (__s64)(now - cfg->refreshed_ns);
+	if (cfg->stale_ns && age > (__s64)cfg->stale_ns)
+		stale = 1;
+	if (!delta) {
+		f = stale ? MLTCP_FP_ONE : st->f_fp;
+		goto out;
+	}
+	budget = cfg->budget;
+	tail = budget >> MLTCP_TAIL_SHIFT;
+
+	bpf_spin_lock(&st->lock);
+	if (st->last_ack_ns && now - st->last_ack_ns > cfg->gap_ns) {
+		boundary = 1;
+		st->gaps++;
+	}
+	if (cfg->signal_seq != st->signal_seen) {
+		boundary = 1;
+		st->signal_seen = cfg->signal_seq;
+		st->signals++;
+	}
+	if (boundary) {
+		if (st->bytes_since_gap) {
+			st->hist[st->hist_head & (MLTCP_HISTORY - 1)] = st->bytes_since_gap;
+			st->hist_head = (st->hist_head + 1) & (MLTCP_HISTORY - 1);
+			if (st->hist_len < MLTCP_HISTORY)
+				st->hist_len++;
+			st->last_iter_bytes = st->bytes_since_gap;
+		}
+		if (st->bytes_in_iter > tail)
+			st->iteration++;
+		st->bytes_in_iter = 0;
+		st->bytes_since_gap = 0;
+	}
+	if (!st->bytes_in_iter)
+		st->iter_start_ns = now;
+	st->bytes_in_iter += delta;
+	st->bytes_since_gap += delta;
+	st->total_bytes += delta;
+	if (budget && st->bytes_in_iter >= budget) {
+		st->iteration++;
+		st->wraps++;
+		st->bytes_in_iter -= budget;
+		if (st->bytes_in_iter >= budget)
+			st->bytes_in_iter = 0;
+		st->iter_start_ns = now;
+	}
+	st->last_ack_ns = now;
+	f = stale ? MLTCP_FP_ONE : mltcp_f_fixed(cfg, st->bytes_in_iter, budget);
+	st->f_fp = f;
+	bpf_spin_unlock(&st->lock);
+out:
+	fl->f_fp = f;
+	if (now >= fl->next_report_ns) {
+		struct mltcp_flow_info *info;
+		__u64 key = (__u64)sk;
+
+		fl->next_report_ns = now + MLTCP_REPORT_NS;
+		info = bpf_map_lookup_elem(&mltcp_flows, &key);
+		if (!info) {
+			struct mltcp_flow_info init = {};
+
+			init.job_id = job;
+			init.cc = cc;
+			init.family = sk->__sk_common.skc_family;
+			init.sport = sk->__sk_common.skc_num;
+			init.dport = bpf_ntohs(sk->__sk_common.skc_dport);
+			if (init.family == AF_INET) {
+				init.saddr[0] = sk->__sk_common.skc_rcv_saddr;
+				init.daddr[0] = sk->__sk_common.skc_daddr;
+			} else {
+				init.saddr[0] = sk->__sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32[0];
+				init.saddr[1] = sk->__sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32[1];
+				init.saddr[2] = sk->__sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32[2];
+				init.saddr[3] = sk->__sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32[3];
+				init.daddr[0] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[0];
+				init.daddr[1] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[1];
+				init.daddr[2] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[2];
+				init.daddr[3] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[3];
+			}
+			bpf_map_update_elem(&mltcp_flows, &key, &init, BPF_NOEXIST);
+			info = bpf_map_lookup_elem(&mltcp_flows, &key);
+		}
+		if (info) {
+			info->cwnd = tp->snd_cwnd;
+			info->ssthresh = tp->snd_ssthresh;
+			info->srtt_us = tp->srtt_us >> 3;
+			info->f_fp = f;
+			info->bytes_acked = acked;
+			info->updated_ns = now;
+		}
+	}
+	return f;
+}
+
+/* Count a window reduction (ssthresh() call) for the flow and its job. */
+static __always_inline void mltcp_count_reduction(struct sock *sk, struct mltcp_flow *fl,
+						  int is_loss)
+{
+	struct mltcp_flow_info *info;
+	struct mltcp_job_state *st;
+	__u64 key = (__u64)sk;
+	__u32 job = fl->job_id;
+
+	if (!job || job >= MLTCP_MAX_JOBS)
+		return;
+	info = bpf_map_lookup_elem(&mltcp_flows, &key);
+	if (info) {
+		if (is_loss)
+			__sync_fetch_and_add(&info->loss_reductions, 1);
+		else
+			__sync_fetch_and_add(&info->cwnd_reductions, 1);
+	}
+	st = bpf_map_lookup_elem(&mltcp_job_state, &job);
+	if (st && !is_loss)
+		__sync_fetch_and_add(&st->cwnd_reductions, 1);
+}
+
+/*
+ * Scale the packets an ACK acknowledged by F, carrying the fraction, so that
+ * congestion avoidance grows F times faster.  Slow start is left alone: the
+ * design scales the additive (or cubic) increase only.
+ */
+static __always_inline __u32 mltcp_scale_acked(struct sock *sk, struct mltcp_flow *fl,
+					       __u32 acked)
+{
+	struct tcp_sock *tp = mltcp_tcp_sk(sk);
+	__u64 scaled;
+
+	if (fl->f_fp == MLTCP_FP_ONE || tp->snd_cwnd < tp->snd_ssthresh)
+		return acked;
+	scaled = (__u64)acked * fl->f_fp + fl->frac;
+	fl->frac = scaled & (MLTCP_FP_ONE - 1);
+	return (__u32)(scaled >> MLTCP_FP_SHIFT);
+}
+
+#endif /* __MLTCP_H */

@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * mltcp_sockops - puts a training job's sockets under MLTCP without touching
+ * the training program.
+ *
+ * Attached to a job's cgroup (or to the root cgroup for address/port rules),
+ * it runs when a socket listens, connects or is accepted.  It finds the
+ * socket's job - from this attachment's cgroup storage (written by the control
+ * plane right after attaching) or else from the mltcp_rules map - tags the
+ * socket with the job id (sk storage, inherited by accepted children) and
+ * selects the job's MLTCP congestion control with bpf_setsockopt().  The tag
+ * is written first so that the module's init() already sees it.  Sockets of
+ * no job are left alone.  There is no kernel counterpart to depart from.
+ */
+#include "mltcp.h"
+
+#define SOL_TCP 6
+#define TCP_CONGESTION 13
+
+struct {
+	__uint(type, BPF_MAP_TYPE_CGROUP_STORAGE);
+	__type(key, struct bpf_cgroup_storage_key);
+	__type(value, __u32);   /* job id of the cgroup this program is attached to, 0 = rules */
+} mltcp_cgroup_job SEC(".maps");
+
+static __always_inline int set_cc(struct bpf_sock_ops *skops, __u32 cc)
+{
+	char reno[] = "mltcp_reno";
+	char cubic[] = "mltcp_cubic";
+	char dctcp[] = "mltcp_dctcp";
+
+	switch (cc) {
+	case MLTCP_CC_RENO:
+		return bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, reno, sizeof(reno));
+	case MLTCP_CC_CUBIC:
+		return bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, cubic, sizeof(cubic));
+	case MLTCP_CC_DCTCP:
+		return bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, dctcp, sizeof(dctcp));
+	default:
+		return 0;
+	}
+}
+
+SEC("sockops")
+int mltcp_sockops(struct bpf_sock_ops *skops)
+{
+	struct mltcp_job_cfg *cfg;
+	struct mltcp_sk_tag *tag;
+	struct bpf_sock *sk;
+	__u32 raddr[4] = {};
+	__u32 *cg_job;
+	__u32 job = 0;
+
+	if (skops->op != BPF_SOCK_OPS_TCP_LISTEN_CB && skops->op != BPF_SOCK_OPS_TCP_CONNECT_CB &&
+	    skops->op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
+		return 1;
+	sk = skops->sk;
+	if (!sk)
+		return 1;
+	tag = bpf_sk_storage_get(&mltcp_sk_tags, sk, 0, 0);
+	if (tag && tag->job_id)
+		return 1;  /* already classified (inherited from the listener or a nested cgroup) */
+
+	cg_job = bpf_get_local_storage(&mltcp_cgroup_job, 0);
+	if (cg_job)
+		job = *cg_job;
+	if (!job) {
+		/* Read every context field unconditionally: the verifier rejects the
+		 * offset-adjusted context loads clang emits for per-branch reads. */
+		__u32 family = skops->family, op = skops->op;
+		__u32 ip4 = skops->remote_ip4;
+		__u32 ip6_0 = skops->remote_ip6[0], ip6_1 = skops->remote_ip6[1];
+		__u32 ip6_2 = skops->remote_ip6[2], ip6_3 = skops->remote_ip6[3];
+		__u32 rport = bpf_ntohl(skops->remote_port) & 0xffff;
+		__u32 lport = skops->local_port;
+
+		if (op != BPF_SOCK_OPS_TCP_LISTEN_CB) {
+			if (family == AF_INET) {
+				raddr[0] = ip4;
+			} else if (family == AF_INET6) {
+				raddr[0] = ip6_0;
+				raddr[1] = ip6_1;
+				raddr[2] = ip6_2;
+				raddr[3] = ip6_3;
+			} else {
+				return 1;
+			}
+		}
+		job = mltcp_rule_lookup(family, raddr, rport, lport);
+	}
+	if (!job || job >= MLTCP_MAX_JOBS)
+		return 1;
+	cfg = bpf_map_lookup_elem(&mltcp_job_cfg, &job);
+	if (!cfg || !mltcp_cfg_usable(cfg))
+		return 1;
+	tag = bpf_sk_storage_get(&mltcp_sk_tags, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!tag)
+		return 1;
+	tag->job_id = job;
+	set_cc(skops, cfg->cc);
+	return 1;
+}
