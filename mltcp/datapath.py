@@ -140,8 +140,8 @@ class LoadedObject:
                 self.lib.lib.bpf_map__set_pin_path(m, str(maps.pin_path(name)).encode())
 
     def map(self, name: str) -> int:
-        return self.lib.check_ptr(self.lib.lib.bpf_object__find_map_by_name(self.obj, name.encode()),
-                                  f"map {name}")
+        found = self.lib.lib.bpf_object__find_map_by_name(self.obj, name.encode())
+        return self.lib.check_ptr(found, f"map {name}")
 
     def prog_fd(self, name: str) -> int:
         prog = self.lib.check_ptr(

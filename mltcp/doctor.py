@@ -68,7 +68,8 @@ def run_checks(compile_objects: bool = True) -> list[Check]:
         checks.append(Check(tool, bool(path), path or "not found",
                             f"apt-get install {pkg} (scripts/setup.sh installs everything)"))
     lib = ctypes.util.find_library("bpf")
-    checks.append(Check("libbpf", bool(lib), lib or "libbpf.so not found", "apt-get install libbpf1"))
+    checks.append(Check("libbpf", bool(lib), lib or "libbpf.so not found",
+                        "apt-get install libbpf1"))
     if compile_objects and btf and shutil.which("clang") and shutil.which("bpftool"):
         try:
             for name in OBJECTS:

@@ -71,7 +71,8 @@ class LibBpf:
             self.lib = ctypes.CDLL(path, use_errno=True)
         except OSError as exc:
             raise CapabilityError(
-                "libbpf.so.1 not found: install the Debian package libbpf1 (or run scripts/setup.sh)"
+                "libbpf.so.1 not found: install the Debian package libbpf1 "
+                "(or run scripts/setup.sh)"
             ) from exc
         self.libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
         self._log: list[str] = []
@@ -87,7 +88,8 @@ class LibBpf:
         return 0
 
     def _declare(self) -> None:
-        L, vp, cp, i, u32 = self.lib, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32
+        L = self.lib
+        vp, cp, i, u32 = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32
         sigs: dict[str, tuple[object, list[object]]] = {
             "libbpf_set_print": (vp, [_PRINT_FN]),
             "bpf_object__open_file": (vp, [cp, vp]),
@@ -200,7 +202,8 @@ class LibBpf:
         return self._infos(self.lib.bpf_map_get_next_id, self.lib.bpf_map_get_fd_by_id, BpfMapInfo)
 
     def prog_infos(self) -> list[BpfProgInfo]:
-        return self._infos(self.lib.bpf_prog_get_next_id, self.lib.bpf_prog_get_fd_by_id, BpfProgInfo)
+        return self._infos(self.lib.bpf_prog_get_next_id, self.lib.bpf_prog_get_fd_by_id,
+                           BpfProgInfo)
 
     def _infos(self, next_id, fd_by_id, info_type):  # type: ignore[no-untyped-def]
         out = []
