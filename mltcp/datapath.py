@@ -17,6 +17,7 @@ import ctypes
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -504,6 +505,17 @@ def residue() -> list[str]:
     out += [f"bpf map {m.name.decode()} (id {m.id})" for m in lib.map_infos()
             if m.name.decode().startswith("mltcp_")]
     return out
+
+
+def settle(timeout_s: float = 5.0) -> list[str]:
+    """residue() once the kernel has freed what was released (struct_ops maps and their
+    programs go away after an RCU grace period, not synchronously)."""
+    deadline = time.monotonic() + timeout_s
+    left = residue()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = residue()
+    return left
 
 
 def require_loaded(module: str) -> None:

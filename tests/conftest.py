@@ -1,0 +1,67 @@
+"""Shared fixtures.
+
+Kernel tests run for real (root, CAP_BPF, BTF, clang, bpftool); where one of
+those is missing they skip with a reason that names it.  They use their own
+pin prefix and state directory so they never touch a production setup, and
+the session ends by proving that nothing of mltcp is left in the kernel.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("MLTCP_PIN_ROOT", "/sys/fs/bpf/mltcp-test")
+os.environ.setdefault("MLTCP_STATE_DIR", tempfile.mkdtemp(prefix="mltcp-state-"))
+
+import pytest  # noqa: E402
+
+
+def missing_bpf_capability() -> str | None:
+    """Why real-kernel eBPF tests cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "needs root (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN) to load eBPF"
+    from mltcp import datapath
+
+    caps = datapath.effective_caps()
+    if not caps >> datapath.CAP_BPF & 1:
+        return "needs CAP_BPF to load eBPF programs"
+    if not Path("/sys/kernel/btf/vmlinux").exists():
+        return "needs kernel BTF (/sys/kernel/btf/vmlinux, CONFIG_DEBUG_INFO_BTF)"
+    for tool, pkg in (("clang", "clang"), ("bpftool", "bpftool")):
+        if not shutil.which(tool):
+            return f"needs {tool} (Debian package {pkg}) to build eBPF objects"
+    return None
+
+
+@pytest.fixture(scope="session")
+def bpf_host():
+    """Skip unless this host can build and load eBPF; clean everything at the end."""
+    why = missing_bpf_capability()
+    if why:
+        pytest.skip(why)
+    from mltcp import datapath, jobs
+
+    foreign = [c for c in datapath.available_ccs() if c.startswith("mltcp_")]
+    if foreign and not datapath.maps.PIN_ROOT.exists():
+        pytest.fail(f"{', '.join(foreign)} registered outside the tests: "
+                    "run `mltcp unload --all` before the test suite")
+    datapath.unload_all()
+    yield
+    jobs.Registry().clear()
+    datapath.unload_all()
+    assert datapath.settle() == [], "mltcp left residue in the kernel"
+
+
+@pytest.fixture
+def clean_datapath(bpf_host):
+    """Each test starts and ends with nothing of mltcp in the kernel."""
+    from mltcp import datapath, jobs
+
+    yield
+    jobs.Registry().clear()
+    datapath.unload_all()
+    left = datapath.settle()
+    assert left == [], f"residue after test: {left}"

@@ -1,0 +1,99 @@
+"""Register/unregister the real eBPF modules; input validation; rollback; residue."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+
+import pytest
+
+from mltcp import datapath, maps
+from mltcp.errors import MltcpError, SpecError
+
+pytestmark = pytest.mark.kernel
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["python", "-m", "mltcp.cli", *args], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("module", datapath.MODULES)
+def test_register_is_visible_usable_and_leaves_no_residue(clean_datapath, module):
+    for _ in range(20):
+        assert datapath.load([module]) == [module]
+        assert datapath.cc_name(module) in datapath.available_ccs()
+        # A socket can select it by name.
+        with socket.socket() as s:
+            name = datapath.cc_name(module).encode()
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, name)
+            got = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\0")
+            assert got.decode() == datapath.cc_name(module)
+        assert datapath.unload([module]) == [module]
+        assert datapath.cc_name(module) not in datapath.available_ccs()
+    assert datapath.settle() == []
+
+
+def test_load_all_then_unload_all(clean_datapath):
+    assert datapath.load(["all"]) == list(datapath.MODULES)
+    assert set(datapath.loaded_modules()) == set(datapath.MODULES)
+    pins = {p.name for p in maps.PIN_ROOT.iterdir()}
+    assert set(maps.SHARED_MAPS) <= pins
+    datapath.unload_all()
+    assert datapath.settle() == []
+    assert not maps.PIN_ROOT.exists()
+
+
+def test_unknown_module_is_rejected_before_touching_the_kernel(clean_datapath):
+    with pytest.raises(SpecError, match="module: unknown congestion control 'vegas'"):
+        datapath.load(["cubic", "vegas"])
+    assert datapath.residue() == []
+
+
+def test_double_load_is_rejected_and_leaves_the_first_intact(clean_datapath):
+    datapath.load(["cubic"])
+    with pytest.raises(MltcpError, match="mltcp_cubic already loaded"):
+        datapath.load(["reno", "cubic"])
+    assert datapath.loaded_modules() == ["cubic"]  # reno was not registered half way
+
+
+def test_failure_half_way_unregisters_what_was_registered(clean_datapath, monkeypatch):
+    real = datapath._register
+
+    def flaky(module: str) -> None:
+        if module == "dctcp":
+            raise MltcpError("injected failure while registering dctcp")
+        real(module)
+
+    monkeypatch.setattr(datapath, "_register", flaky)
+    with pytest.raises(MltcpError, match="injected"):
+        datapath.load(["all"])
+    assert datapath.loaded_modules() == []
+    assert datapath.settle() == []
+
+
+def test_cli_errors_are_one_line(bpf_host):
+    for args, field in ((["load", "vegas"], "module"), (["unload"], "modules")):
+        proc = _cli(*args)
+        assert proc.returncode == 2
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"mltcp: error: {field}:"), proc.stderr
+
+
+def test_cli_double_load_and_unload_all(clean_datapath):
+    assert _cli("load", "reno").returncode == 0
+    proc = _cli("load", "reno")
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (
+        "mltcp: error: mltcp_reno already loaded: run `mltcp unload reno` first")
+    assert _cli("unload", "--all").returncode == 0
+    assert datapath.settle() == []
+
+
+def test_doctor_json_reports_every_check(bpf_host):
+    import json
+
+    proc = _cli("doctor", "--json")
+    report = json.loads(proc.stdout)
+    names = {c["name"] for c in report["checks"]}
+    assert {"privileges", "btf", "kfuncs", "clang", "bpftool", "libbpf", "build"} <= names
+    assert all(c["ok"] for c in report["checks"] if c["name"] in ("btf", "kfuncs", "build"))
