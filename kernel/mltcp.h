@@ -8,8 +8,8 @@
  * algorithm: the pinned maps (job config, job state, flow table,
  * classification rules, socket tags), flow classification, the iteration
  * tracker and the F computation.  The tracker mirrors mltcp/iteration.py
- * exactly; change both together (tests/test_kernel_accounting.py compares
- * them on a real sender).
+ * (on_ack, on_tx_start) exactly; change both together
+ * (tests/test_kernel_behaviour.py checks them against a real sender).
  *
  * Layout contract with user space (mltcp/maps.py): MLTCP_ABI_VERSION must be
  * bumped whenever a struct below changes; the control plane refuses to talk
@@ -282,6 +282,54 @@ static __always_inline int mltcp_cfg_usable(const struct mltcp_job_cfg *cfg)
 	return (cfg->flags & MLTCP_JOB_ENABLED) && cfg->abi == MLTCP_ABI_VERSION;
 }
 
+/* End the current iteration (idle gap or explicit signal); called under st->lock. */
+static __always_inline void mltcp_boundary(struct mltcp_job_state *st, __u64 tail)
+{
+	if (st->bytes_since_gap) {
+		st->hist[st->hist_head & (MLTCP_HISTORY - 1)] = st->bytes_since_gap;
+		st->hist_head = (st->hist_head + 1) & (MLTCP_HISTORY - 1);
+		if (st->hist_len < MLTCP_HISTORY)
+			st->hist_len++;
+		st->last_iter_bytes = st->bytes_since_gap;
+	}
+	/* A tail up to budget/16 after a wrap belongs to the iteration already counted. */
+	if (st->bytes_in_iter > tail)
+		st->iteration++;
+	st->bytes_in_iter = 0;
+	st->bytes_since_gap = 0;
+}
+
+/*
+ * CA_EVENT_TX_START: a connection sends after having nothing in flight.  With
+ * nothing outstanding at all (packets_out == 0; an RTO retransmission has
+ * packets out) and the job silent for longer than gap_ns, the job was
+ * computing: that ends its iteration.  The restart counts as activity, so the
+ * job's other connections starting a moment later add no boundary.
+ */
+static __always_inline void mltcp_on_tx_start(struct sock *sk, struct mltcp_flow *fl)
+{
+	struct mltcp_job_state *st;
+	struct mltcp_job_cfg *cfg;
+	__u32 job = fl->job_id;
+	__u64 now;
+
+	if (!job || job >= MLTCP_MAX_JOBS || mltcp_tcp_sk(sk)->packets_out)
+		return;
+	cfg = bpf_map_lookup_elem(&mltcp_job_cfg, &job);
+	st = bpf_map_lookup_elem(&mltcp_job_state, &job);
+	if (!cfg || !st || !mltcp_cfg_usable(cfg))
+		return;
+	now = bpf_ktime_get_ns();
+	bpf_spin_lock(&st->lock);
+	if (st->last_ack_ns && now - st->last_ack_ns > cfg->gap_ns) {
+		st->gaps++;
+		mltcp_boundary(st, cfg->budget >> MLTCP_TAIL_SHIFT);
+		st->f_fp = mltcp_f_fixed(cfg, 0, cfg->budget);
+	}
+	st->last_ack_ns = now;
+	bpf_spin_unlock(&st->lock);
+}
+
 /*
  * Account the bytes this ACK delivered to the flow's job and return the job's
  * F.  Called from pkts_acked(), i.e. on every ACK that acks data, also during
@@ -297,7 +345,7 @@ static __always_inline __u32 mltcp_on_ack(struct sock *sk, struct mltcp_flow *fl
 	__u32 job = fl->job_id;
 	__u64 now, budget, tail;
 	__s64 age;
-	int boundary = 0, stale = 0;
+	int stale = 0;
 	__u32 f;
 
 	fl->last_bytes_acked = acked;
@@ -323,27 +371,10 @@ static __always_inline __u32 mltcp_on_ack(struct sock *sk, struct mltcp_flow *fl
 	tail = budget >> MLTCP_TAIL_SHIFT;
 
 	bpf_spin_lock(&st->lock);
-	if (st->last_ack_ns && now - st->last_ack_ns > cfg->gap_ns) {
-		boundary = 1;
-		st->gaps++;
-	}
 	if (cfg->signal_seq != st->signal_seen) {
-		boundary = 1;
 		st->signal_seen = cfg->signal_seq;
 		st->signals++;
-	}
-	if (boundary) {
-		if (st->bytes_since_gap) {
-			st->hist[st->hist_head & (MLTCP_HISTORY - 1)] = st->bytes_since_gap;
-			st->hist_head = (st->hist_head + 1) & (MLTCP_HISTORY - 1);
-			if (st->hist_len < MLTCP_HISTORY)
-				st->hist_len++;
-			st->last_iter_bytes = st->bytes_since_gap;
-		}
-		if (st->bytes_in_iter > tail)
-			st->iteration++;
-		st->bytes_in_iter = 0;
-		st->bytes_since_gap = 0;
+		mltcp_boundary(st, tail);
 	}
 	if (!st->bytes_in_iter)
 		st->iter_start_ns = now;

@@ -78,6 +78,8 @@ SEC("struct_ops")
 void BPF_PROG(mltcp_cubic_cwnd_event, struct sock *sk, enum tcp_ca_event event)
 {
 	cubictcp_cwnd_event(sk, event);
+	if (event == CA_EVENT_TX_START)
+		mltcp_on_tx_start(sk, &cubic_ca(sk)->m);
 }
 
 SEC("struct_ops")

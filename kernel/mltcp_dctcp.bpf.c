@@ -180,6 +180,9 @@ void BPF_PROG(mltcp_dctcp_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 	case CA_EVENT_LOSS:
 		dctcp_react_to_loss(sk, ca);
 		break;
+	case CA_EVENT_TX_START:
+		mltcp_on_tx_start(sk, &ca->m);
+		break;
 	default:
 		break;
 	}

@@ -8,7 +8,8 @@
  * instead of one.  Slow start, ssthresh (halve on loss) and undo are the
  * kernel's own functions, called as kfuncs.  A flow that belongs to no job,
  * or whose job config is disabled or stale, has F = 1 and runs exactly the
- * kernel's tcp_reno_cong_avoid() path.
+ * kernel's tcp_reno_cong_avoid() path.  The added cwnd_event() only watches
+ * CA_EVENT_TX_START for iteration boundaries (Reno has no cwnd_event).
  */
 #include "mltcp.h"
 
@@ -57,6 +58,13 @@ __u32 BPF_PROG(mltcp_reno_ssthresh, struct sock *sk)
 }
 
 SEC("struct_ops")
+void BPF_PROG(mltcp_reno_cwnd_event, struct sock *sk, enum tcp_ca_event event)
+{
+	if (event == CA_EVENT_TX_START)
+		mltcp_on_tx_start(sk, &reno_ca(sk)->m);
+}
+
+SEC("struct_ops")
 __u32 BPF_PROG(mltcp_reno_undo_cwnd, struct sock *sk)
 {
 	return tcp_reno_undo_cwnd(sk);
@@ -69,6 +77,7 @@ struct tcp_congestion_ops mltcp_reno = {
 	.pkts_acked = (void *)mltcp_reno_acked,
 	.cong_avoid = (void *)mltcp_reno_cong_avoid,
 	.ssthresh = (void *)mltcp_reno_ssthresh,
+	.cwnd_event = (void *)mltcp_reno_cwnd_event,
 	.undo_cwnd = (void *)mltcp_reno_undo_cwnd,
 	.name = "mltcp_reno",
 };

@@ -1,15 +1,22 @@
 """Reference iteration tracker: where in its training iteration a job is, per ACK.
 
-The eBPF program mirrors :meth:`IterationTracker.on_ack` operation for operation, so
+The eBPF program mirrors :meth:`IterationTracker.on_ack` and
+:meth:`IterationTracker.on_tx_start` operation for operation, so
 this module is the executable specification of the kernel's per-job state machine.
 
 An iteration ends at a *boundary*, which has three sources:
 
 1. **Budget wrap.** ``bytes_in_iter`` reaches the budget: the iteration's data is out,
    so the iteration counter advances and the excess carries into the next iteration.
-2. **Idle gap.** No ACK for more than ``gap_ns``: the job is computing, so whatever it
-   sent since the last gap was one iteration. This resynchronises the tracker when
-   the budget is slightly wrong or unknown (budget 0, learning mode).
+2. **Idle gap.** A connection of the job starts sending again after it had nothing
+   outstanding (the kernel's CA_EVENT_TX_START with packets_out == 0), and the job
+   has seen no ACK and no such start for more than ``gap_ns``: the job was computing,
+   so whatever it sent since the last boundary was one iteration. This resynchronises
+   the tracker when the budget is slightly wrong or unknown (budget 0, learning mode).
+   Detecting the gap at the restart of sending, not at the first ACK after a silence,
+   keeps loss stalls (an RTO leaves packets outstanding) from looking like compute
+   phases, and the restart itself counts as activity, so the job's other connections
+   starting a moment later do not add boundaries.
 3. **Explicit signal.** The training loop bumps a per-job sequence number (via a map)
    at each iteration start; any change is a boundary, even without an idle gap.
 
@@ -111,6 +118,41 @@ class IterationTracker:
         """Fraction of the budget sent this iteration (0.0 while the budget is unknown)."""
         return self.state.bytes_in_iter / self._budget if self._budget else 0.0
 
+    def _boundary(self) -> None:
+        """End the current iteration (idle gap or explicit signal)."""
+        st = self.state
+        if st.bytes_since_gap > 0:
+            st.history.append(st.bytes_since_gap)
+            del st.history[:-HISTORY_LEN]
+            st.last_iter_bytes = st.bytes_since_gap
+        if st.bytes_in_iter > (self._budget >> self.tail_shift):
+            st.iteration += 1
+        # else: a small tail after a wrap belongs to the iteration already counted
+        st.bytes_in_iter = 0
+        st.bytes_since_gap = 0
+
+    def on_tx_start(self, now_ns: int, packets_out: int = 0) -> bool:
+        """A connection of the job starts sending after being idle; True if that was a
+        boundary (the job had been silent for more than ``gap_ns``).
+
+        ``packets_out`` is what the connection still has outstanding: a restart with
+        data in flight is a loss recovery (after an RTO), never a compute gap.
+        """
+        st = self.state
+        if packets_out:
+            return False
+        if now_ns < st.last_ack_ns:
+            raise SpecError(
+                "now_ns", f"went backwards ({now_ns} < {st.last_ack_ns})",
+                "pass a monotonic clock such as time.monotonic_ns()",
+            )
+        boundary = st.last_ack_ns != 0 and now_ns - st.last_ack_ns > self.gap_ns
+        if boundary:
+            self._boundary()
+            st.f_fp = self.agg.f_fixed(0, self._budget)
+        st.last_ack_ns = now_ns  # the restart is activity: the job's other flows add no gap
+        return boundary
+
     def on_ack(
         self, delta_bytes: int, now_ns: int, signal_seq: int = 0, stale: bool = False
     ) -> int:
@@ -129,23 +171,9 @@ class IterationTracker:
                 "pass a monotonic clock such as time.monotonic_ns()",
             )
         budget = self._budget
-
-        boundary = False
-        if st.last_ack_ns != 0 and now_ns - st.last_ack_ns > self.gap_ns:
-            boundary = True  # idle gap: the job was computing
-        if signal_seq != st.signal_seen:
-            boundary = True  # explicit signal from the training loop
+        if signal_seq != st.signal_seen:  # explicit signal from the training loop
             st.signal_seen = signal_seq
-        if boundary:
-            if st.bytes_since_gap > 0:
-                st.history.append(st.bytes_since_gap)
-                del st.history[:-HISTORY_LEN]
-                st.last_iter_bytes = st.bytes_since_gap
-            if st.bytes_in_iter > (budget >> self.tail_shift):
-                st.iteration += 1
-            # else: a small tail after a wrap belongs to the iteration already counted
-            st.bytes_in_iter = 0
-            st.bytes_since_gap = 0
+            self._boundary()
 
         st.bytes_in_iter += delta_bytes
         st.bytes_since_gap += delta_bytes

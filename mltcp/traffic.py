@@ -164,6 +164,8 @@ def set_congestion(sock: socket.socket, cc: str) -> None:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         if exc.errno == errno.ENOENT:
             reason = "not registered in the kernel"
+        elif exc.errno == errno.EPERM:
+            reason = "not in net.ipv4.tcp_allowed_congestion_control and no CAP_NET_ADMIN"
         raise SpecError(
             "--cc", f"the kernel rejected congestion control {cc!r} ({reason})",
             f"use one of: {' '.join(available_congestion_controls()) or '?'}"
@@ -428,6 +430,8 @@ def serve_sink(port: int, cc: str | None = None, bind: str = "0.0.0.0",
 
     The listening socket carries ``cc`` so that accepted sockets inherit it: a
     DCTCP receiver must run DCTCP for its ACKs to echo ECN marks correctly.
+    Prints ``{"event": "listening", "port": P}`` once ready (``--port 0`` picks
+    a free port) and ``{"event": "stopped", ...}`` on the way out.
     """
     out = out if out is not None else sys.stdout
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -39,6 +39,8 @@ class Sender:
     ) -> list[int]:
         """Send one iteration after ``idle_ns`` of compute; return F after every ACK."""
         self.now_ns += idle_ns
+        self.tracker.on_tx_start(self.now_ns)  # the first send after the compute phase
+        self.now_ns += ACK_SPACING_NS
         fs = []
         for size in ack_sizes(total):
             fs.append(self.tracker.on_ack(size, self.now_ns, signal_seq))
@@ -47,6 +49,8 @@ class Sender:
 
     def first_ack_of_next_iteration(self, signal_seq: int = 0) -> int:
         self.now_ns += COMPUTE_NS
+        self.tracker.on_tx_start(self.now_ns)
+        self.now_ns += ACK_SPACING_NS
         return self.tracker.on_ack(MSS, self.now_ns, signal_seq)
 
 
@@ -141,7 +145,8 @@ def test_without_signal_or_gap_no_boundary() -> None:
 def test_gap_and_signal_together_count_once() -> None:
     tracker = IterationTracker(0, GAP_NS, DEFAULT_F)
     tracker.on_ack(1000, 1_000)
-    tracker.on_ack(1000, 1_000 + 2 * GAP_NS, signal_seq=7)
+    assert tracker.on_tx_start(1_000 + 2 * GAP_NS)
+    tracker.on_ack(1000, 2_000 + 2 * GAP_NS, signal_seq=7)
     assert tracker.state.iteration == 1
     assert tracker.state.history == [1000]
 
@@ -160,16 +165,47 @@ def test_signal_seq_is_a_counter_not_a_flag() -> None:
 def test_gap_must_exceed_threshold() -> None:
     tracker = IterationTracker(0, GAP_NS, DEFAULT_F)
     tracker.on_ack(100, 1_000)
-    tracker.on_ack(100, 1_000 + GAP_NS)  # exactly gap_ns: not a boundary
+    assert not tracker.on_tx_start(1_000 + GAP_NS)  # exactly gap_ns: not a boundary
+    tracker.on_ack(100, 1_000 + GAP_NS)
     assert tracker.state.iteration == 0
-    tracker.on_ack(100, 1_001 + 2 * GAP_NS)  # gap_ns + 1: boundary
+    assert tracker.on_tx_start(1_001 + 2 * GAP_NS)  # gap_ns + 1: boundary
+    tracker.on_ack(100, 1_001 + 2 * GAP_NS)
     assert tracker.state.iteration == 1
+
+
+def test_ack_silence_alone_is_no_boundary() -> None:
+    """Only a restart of sending after idle ends an iteration, not a quiet spell of ACKs."""
+    tracker = IterationTracker(0, GAP_NS, DEFAULT_F)
+    tracker.on_ack(100, 1_000)
+    tracker.on_ack(100, 1_000 + 10 * GAP_NS)
+    assert tracker.state.iteration == 0
+
+
+def test_restart_with_data_outstanding_is_a_loss_stall_not_a_gap() -> None:
+    """After an RTO the kernel retransmits with packets_out > 0: no boundary."""
+    tracker = IterationTracker(0, GAP_NS, DEFAULT_F)
+    tracker.on_ack(100, 1_000)
+    assert not tracker.on_tx_start(1_000 + 40 * GAP_NS, packets_out=12)
+    tracker.on_ack(100, 2_000 + 40 * GAP_NS)
+    assert tracker.state.iteration == 0
+    assert tracker.state.bytes_since_gap == 200
+
+
+def test_several_connections_restarting_count_one_boundary() -> None:
+    tracker = IterationTracker(0, GAP_NS, DEFAULT_F)
+    tracker.on_ack(5000, 1_000)
+    t = 1_000 + 3 * GAP_NS
+    assert tracker.on_tx_start(t)
+    assert not tracker.on_tx_start(t + 50_000)  # the job's second connection
+    assert not tracker.on_tx_start(t + 90_000)  # and its third
+    assert (tracker.state.iteration, tracker.state.history) == (1, [5000])
 
 
 def test_first_ack_at_time_zero_does_not_arm_gap_detection() -> None:
     """last_ack_ns == 0 means "no ACK yet" (kernel clocks never read 0)."""
     tracker = IterationTracker(0, GAP_NS, DEFAULT_F)
     tracker.on_ack(100, 0)
+    assert not tracker.on_tx_start(10 * GAP_NS)
     tracker.on_ack(100, 10 * GAP_NS)
     assert tracker.state.iteration == 0
 
@@ -180,6 +216,7 @@ def test_tail_tolerance_is_budget_over_16(tail: int, counted: bool) -> None:
     tracker = IterationTracker(budget, GAP_NS, DEFAULT_F)
     tracker.on_ack(budget + tail, 1_000)  # wraps once, leaving the tail
     assert (tracker.state.iteration, tracker.state.bytes_in_iter) == (1, tail)
+    tracker.on_tx_start(1_000 + 2 * GAP_NS)
     tracker.on_ack(1, 1_000 + 2 * GAP_NS)
     assert tracker.state.iteration == (2 if counted else 1)
 
@@ -187,6 +224,7 @@ def test_tail_tolerance_is_budget_over_16(tail: int, counted: bool) -> None:
 def test_tail_shift_parameter() -> None:
     tracker = IterationTracker(16_000, GAP_NS, DEFAULT_F, tail_shift=2)  # tolerate 4000
     tracker.on_ack(16_000 + 3_000, 1_000)
+    tracker.on_tx_start(1_000 + 2 * GAP_NS)
     tracker.on_ack(1, 1_000 + 2 * GAP_NS)
     assert tracker.state.iteration == 1
 

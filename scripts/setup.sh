@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Prepare a fresh machine for mltcp: Debian packages (only those missing), bpffs,
+# and a virtual environment in .venv with mltcp installed (editable) and its test tools.
+# Idempotent: a second run installs nothing and takes a second.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEBS=(clang llvm libbpf-dev bpftool iproute2 util-linux procps)
+missing=()
+for pkg in "${DEBS[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "setup: missing Debian packages ${missing[*]}: run as root (sudo) to install them" >&2
+    exit 1
+  fi
+  echo "setup: installing ${missing[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [[ $(id -u) -eq 0 ]] && ! mountpoint -q /sys/fs/bpf; then
+  mount -t bpf bpf /sys/fs/bpf
+fi
+
+PY=${PYTHON:-python3}
+if [[ ! -x .venv/bin/python ]]; then
+  echo "setup: creating .venv" >&2
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.mltcp-installed
+if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
+  echo "setup: installing mltcp and its test tools into .venv" >&2
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -e '.[test]'
+  touch "$stamp"
+fi
