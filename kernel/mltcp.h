@@ -39,6 +39,11 @@ char _license[] SEC("license") = "GPL";
 
 #define MLTCP_JOB_ENABLED 0x1
 
+/* Sanity bounds for the window repair (see mltcp_repair): a real window is far below
+ * 2^20 segments (1.4 GB in flight; 400 Gbit/s x 1 ms is 34k segments). */
+#define MLTCP_SANE_WINDOW (1U << 20)
+#define TCP_INFINITE_SSTHRESH 0x7fffffff
+
 /* Module ids, also used by the sockops classifier to pick the CC to set. */
 #define MLTCP_CC_NONE 0
 #define MLTCP_CC_RENO 1
@@ -164,6 +169,21 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } mltcp_rules SEC(".maps");
 
+/* Host-wide datapath health counters (one entry). */
+struct mltcp_health {
+	__u64 ssthresh_repairs;  /* garbage ssthresh handed back to TCP, replaced */
+	__u64 cwnd_repairs;      /* garbage cwnd found, replaced */
+	__u64 last_bad;          /* the last garbage value seen */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct mltcp_health);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} mltcp_health SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC | BPF_F_CLONE); /* children of a tagged listener inherit its job */
@@ -248,6 +268,10 @@ static __always_inline void mltcp_flow_init(struct sock *sk, struct mltcp_flow *
 	fl->job_id = mltcp_classify(sk);
 	fl->f_fp = MLTCP_FP_ONE;
 	fl->last_bytes_acked = mltcp_tcp_sk(sk)->bytes_acked;
+	/* Selected before the handshake (sockops at connect): bytes_acked will count the
+	 * SYN's sequence number, which is not data. */
+	if (sk->__sk_common.skc_state == TCP_SYN_SENT)
+		fl->last_bytes_acked += 1;
 	fl->next_report_ns = 0;
 	fl->frac = 0;
 	fl->flags = 0;
@@ -258,6 +282,44 @@ static __always_inline void mltcp_flow_release(struct sock *sk)
 	__u64 key = (__u64)sk;
 
 	bpf_map_delete_elem(&mltcp_flows, &key);
+}
+
+/*
+ * Work around a kernel fault seen on Linux 6.18 (docs/known-issues.md): now and then
+ * the u32 that a BPF struct_ops ssthresh()/undo_cwnd() returns reaches TCP as a stale
+ * stack word (0x81104110, the low half of an address in the SRSO return thunk), and
+ * PRR then turns it into a window of millions of segments.  Any BPF congestion control
+ * is hit, native ones are not.  Called from set_state() (which TCP runs right after
+ * ssthresh() and before PRR uses it) and on every ACK: an ssthresh or cwnd beyond any
+ * real window is replaced by what the algorithm would have set, computed from the
+ * window before the reduction (prior_cwnd, maintained by TCP itself).
+ */
+static __always_inline void mltcp_repair(struct sock *sk, __u32 expected_ssthresh)
+{
+	struct tcp_sock *tp = mltcp_tcp_sk(sk);
+	struct mltcp_health *h;
+	__u32 zero = 0, bad = 0, fixed = 0;
+
+	if (tp->snd_ssthresh != TCP_INFINITE_SSTHRESH && tp->snd_ssthresh > MLTCP_SANE_WINDOW) {
+		bad = tp->snd_ssthresh;
+		tp->snd_ssthresh = expected_ssthresh;
+		fixed = 1;
+	}
+	if (tp->snd_cwnd > MLTCP_SANE_WINDOW) {
+		bad = tp->snd_cwnd;
+		tp->snd_cwnd = tp->snd_ssthresh < MLTCP_SANE_WINDOW ? tp->snd_ssthresh : 10;
+		fixed |= 2;
+	}
+	if (!fixed)
+		return;
+	h = bpf_map_lookup_elem(&mltcp_health, &zero);
+	if (!h)
+		return;
+	if (fixed & 1)
+		__sync_fetch_and_add(&h->ssthresh_repairs, 1);
+	if (fixed & 2)
+		__sync_fetch_and_add(&h->cwnd_repairs, 1);
+	h->last_bad = bad;
 }
 
 /* F = intercept + slope * min(bytes/budget, 1), optionally capped; Q16.16. */

@@ -10,7 +10,8 @@
  * tcp_cong_avoid_ai(cnt, acked) and its Reno-friendly estimate (ack_cnt), so
  * both grow F times faster per ACK; the cubic curve, HyStart, fast
  * convergence and beta are untouched.  With F = 1 (no job, disabled or stale
- * config) the calls are exactly the kernel's.
+ * config) the calls are exactly the kernel's.  mltcp_repair() (a workaround for
+ * a kernel fault, see mltcp.h) runs before the kernel's code in three callbacks.
  */
 #include "mltcp.h"
 
@@ -35,6 +36,14 @@ static __always_inline struct mltcp_cubic_ca *cubic_ca(struct sock *sk)
 	return mltcp_ca_priv(sk);
 }
 
+/* CUBIC's ssthresh (beta = 717/1024) for the window before the reduction. */
+static __always_inline __u32 cubic_expected_ssthresh(struct sock *sk)
+{
+	__u32 next = (mltcp_tcp_sk(sk)->prior_cwnd * 717U) >> 10;
+
+	return next > 2 ? next : 2;
+}
+
 SEC("struct_ops")
 void BPF_PROG(mltcp_cubic_init, struct sock *sk)
 {
@@ -51,6 +60,7 @@ void BPF_PROG(mltcp_cubic_release, struct sock *sk)
 SEC("struct_ops")
 void BPF_PROG(mltcp_cubic_acked, struct sock *sk, const struct ack_sample *sample)
 {
+	mltcp_repair(sk, cubic_expected_ssthresh(sk));
 	cubictcp_acked(sk, sample);
 	mltcp_on_ack(sk, &cubic_ca(sk)->m, MLTCP_CC_CUBIC);
 }
@@ -58,6 +68,7 @@ void BPF_PROG(mltcp_cubic_acked, struct sock *sk, const struct ack_sample *sampl
 SEC("struct_ops")
 void BPF_PROG(mltcp_cubic_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 {
+	mltcp_repair(sk, cubic_expected_ssthresh(sk));
 	cubictcp_cong_avoid(sk, ack, mltcp_scale_acked(sk, &cubic_ca(sk)->m, acked));
 }
 
@@ -71,6 +82,7 @@ __u32 BPF_PROG(mltcp_cubic_ssthresh, struct sock *sk)
 SEC("struct_ops")
 void BPF_PROG(mltcp_cubic_state, struct sock *sk, __u8 new_state)
 {
+	mltcp_repair(sk, cubic_expected_ssthresh(sk));
 	cubictcp_state(sk, new_state);
 }
 

@@ -11,7 +11,8 @@
  * grows F segments per RTT; slow start and the reductions are standard.
  * If ECN was not negotiated the flow behaves as (MLTCP-)Reno: halving on
  * loss, no alpha.  The ops set TCP_CONG_NEEDS_ECN so that ECN is negotiated
- * on SYN/SYN-ACK whatever the sysctl says.
+ * on SYN/SYN-ACK whatever the sysctl says.  mltcp_repair() (a workaround for a
+ * kernel fault, see mltcp.h) runs in set_state(), pkts_acked() and cong_avoid().
  */
 #include "mltcp.h"
 
@@ -38,6 +39,16 @@ _Static_assert(sizeof(struct mltcp_dctcp_ca) <= sizeof(((struct inet_connection_
 static __always_inline struct mltcp_dctcp_ca *dctcp_ca(struct sock *sk)
 {
 	return mltcp_ca_priv(sk);
+}
+
+/* DCTCP's ssthresh for the window before the reduction (for mltcp_repair). */
+static __always_inline __u32 dctcp_expected_ssthresh(struct sock *sk)
+{
+	struct mltcp_dctcp_ca *ca = dctcp_ca(sk);
+	__u32 prior = mltcp_tcp_sk(sk)->prior_cwnd;
+	__u32 next = ca->ecn_off ? prior >> 1 : prior - ((prior * ca->alpha) >> 11);
+
+	return next > 2 ? next : 2;
 }
 
 static __always_inline void dctcp_reset_window(struct tcp_sock *tp, struct mltcp_dctcp_ca *ca)
@@ -133,6 +144,7 @@ void BPF_PROG(mltcp_dctcp_state, struct sock *sk, __u8 new_state)
 {
 	struct mltcp_dctcp_ca *ca = dctcp_ca(sk);
 
+	mltcp_repair(sk, dctcp_expected_ssthresh(sk));
 	/* Fast retransmit: a loss is a loss, halve like Reno (RTOs arrive as CA_EVENT_LOSS). */
 	if (new_state == TCP_CA_Recovery && new_state != mltcp_icsk(sk)->icsk_ca_state)
 		dctcp_react_to_loss(sk, ca);
@@ -191,12 +203,14 @@ void BPF_PROG(mltcp_dctcp_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 SEC("struct_ops")
 void BPF_PROG(mltcp_dctcp_acked, struct sock *sk, const struct ack_sample *sample)
 {
+	mltcp_repair(sk, dctcp_expected_ssthresh(sk));
 	mltcp_on_ack(sk, &dctcp_ca(sk)->m, MLTCP_CC_DCTCP);
 }
 
 SEC("struct_ops")
 void BPF_PROG(mltcp_dctcp_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 {
+	mltcp_repair(sk, dctcp_expected_ssthresh(sk));
 	tcp_reno_cong_avoid(sk, ack, mltcp_scale_acked(sk, &dctcp_ca(sk)->m, acked));
 }
 

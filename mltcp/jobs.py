@@ -174,15 +174,21 @@ class Registry:
         if not self.path.exists():
             return {}
         raw = json.loads(self.path.read_text())
+        if raw.get("datapath") != maps.pinned_map_id("mltcp_job_cfg"):
+            # The maps these jobs were written to are gone (unload --all, reboot, manual
+            # cleanup): none of these jobs can be live any more.
+            return {}
         return {name: JobRecord(id=r["id"], spec=JobSpec.from_json(r["spec"]),
                                 learned_budget=r.get("learned_budget", 0),
                                 links=r.get("links", []))
-                for name, r in raw.items()}
+                for name, r in raw["jobs"].items()}
 
     @staticmethod
     def _dump(jobs: dict[str, JobRecord]) -> dict:
-        return {name: {"id": r.id, "spec": r.spec.to_json(), "learned_budget": r.learned_budget,
-                       "links": r.links} for name, r in jobs.items()}
+        return {"datapath": maps.pinned_map_id("mltcp_job_cfg"),
+                "jobs": {name: {"id": r.id, "spec": r.spec.to_json(),
+                                "learned_budget": r.learned_budget, "links": r.links}
+                         for name, r in jobs.items()}}
 
     def clear(self) -> None:
         for name in ("jobs.json", "jobs.lock"):

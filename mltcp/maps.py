@@ -15,7 +15,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from mltcp.libbpf import libbpf
+from mltcp.libbpf import BpfMapInfo, libbpf
 
 ABI_VERSION = 1
 MAX_JOBS = 256
@@ -28,7 +28,8 @@ CC_IDS = {"reno": 1, "cubic": 2, "dctcp": 3}
 CC_NAMES = {v: k for k, v in CC_IDS.items()}
 
 # Maps shared by every module (pinned by name under PIN_ROOT).
-SHARED_MAPS = ("mltcp_job_cfg", "mltcp_job_state", "mltcp_flows", "mltcp_rules", "mltcp_sk_tags")
+SHARED_MAPS = ("mltcp_job_cfg", "mltcp_job_state", "mltcp_flows", "mltcp_rules", "mltcp_sk_tags",
+               "mltcp_health")
 
 
 class JobCfg(ctypes.Structure):
@@ -119,6 +120,19 @@ class Marker(ctypes.Structure):
     ]
 
 
+class Health(ctypes.Structure):
+    _fields_ = [("ssthresh_repairs", ctypes.c_uint64), ("cwnd_repairs", ctypes.c_uint64),
+                ("last_bad", ctypes.c_uint64)]
+
+
+def read_health() -> Health:
+    """Host-wide repair counters of the datapath (zeros when nothing is loaded)."""
+    if not pin_path("mltcp_health").exists():
+        return Health()
+    with PinnedMap("mltcp_health") as m:
+        return m.get(ctypes.c_uint32(0), Health) or Health()
+
+
 class CgroupStorageKey(ctypes.Structure):
     _fields_ = [("cgroup_inode_id", ctypes.c_uint64), ("attach_type", ctypes.c_uint32),
                 ("_pad", ctypes.c_uint32)]
@@ -166,6 +180,22 @@ class Rule:
             return f"local port {self.port}"
         dst = self.address or "*"
         return f"{dst}:{self.port or '*'}"
+
+
+def pinned_map_id(name: str) -> int | None:
+    """Kernel id of a pinned map (changes whenever the datapath is recreated), or None."""
+    if not pin_path(name).exists():
+        return None
+    lib = libbpf()
+    fd = lib.obj_get(str(pin_path(name)))
+    try:
+        info = BpfMapInfo()
+        size = ctypes.c_uint32(ctypes.sizeof(info))
+        lib.check(lib.lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)),
+                  f"info of {name}")
+        return int(info.id)
+    finally:
+        os.close(fd)
 
 
 class PinnedMap:

@@ -355,8 +355,13 @@ class Dumbbell:
         n_receivers: int = 1,
         bottleneck: BottleneckSpec | None = None,
         prefix: str | None = None,
+        gso_max_segs: int | None = None,
     ) -> None:
         _check_count("n_senders", n_senders)
+        if gso_max_segs is not None and not 1 <= gso_max_segs <= 65535:
+            raise SpecError("gso_max_segs", f"{gso_max_segs} out of range",
+                            "use 1 (per-segment packets, like a real switch sees) .. 65535")
+        self.gso_max_segs = gso_max_segs
         _check_count("n_receivers", n_receivers)
         self.bottleneck = bottleneck if bottleneck is not None else BottleneckSpec()
         if not isinstance(self.bottleneck, BottleneckSpec):
@@ -437,6 +442,8 @@ class Dumbbell:
                 f"addr add {h.addr}/24 dev {h.dev}",
                 f"link set {h.dev} up",
                 f"route add default via {h.gateway} dev {h.dev}",
+                *([f"link set {h.dev} gso_max_segs {self.gso_max_segs}"]
+                  if self.gso_max_segs else []),
             ])
             router_cmds += [f"addr add {h.gateway}/24 dev {h.router_dev}",
                             f"link set {h.router_dev} up"]

@@ -161,4 +161,10 @@ def to_prometheus(statuses: list[JobStatus]) -> str:
         for f in s.flows:
             out.append(f'mltcp_flow_srtt_seconds{{job="{s.name}",src="{f.src}",dst="{f.dst}"}} '
                        f"{f.srtt_us / 1e6:g}")
+    health = maps.read_health()
+    out.append("# HELP mltcp_datapath_repairs_total Garbage ssthresh/cwnd values replaced "
+               "(kernel fault workaround, docs/known-issues.md)")
+    out.append("# TYPE mltcp_datapath_repairs_total counter")
+    out.append(f'mltcp_datapath_repairs_total{{what="ssthresh"}} {health.ssthresh_repairs}')
+    out.append(f'mltcp_datapath_repairs_total{{what="cwnd"}} {health.cwnd_repairs}')
     return "\n".join(out) + "\n"

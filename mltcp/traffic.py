@@ -284,6 +284,8 @@ def _sampler(run: _Run, period_s: float) -> None:
             run.samples.append({
                 "t": round(t, 6), "conn": i, "cwnd": info.snd_cwnd, "rtt_us": info.rtt_us,
                 "bytes_acked": info.bytes_acked - base, "retrans": info.total_retrans,
+                "ssthresh": info.snd_ssthresh, "ca_state": info.ca_state,
+                "delivered": info.delivered, "delivered_ce": info.delivered_ce,
             })
         next_t += period_s
         run.stop.wait(max(0.0, next_t - time.monotonic()))

@@ -25,6 +25,7 @@ MIRRORS = {
     "mltcp_job_state": maps.JobState,
     "mltcp_flow_info": maps.FlowInfo,
     "mltcp_rule_key": maps.RuleKey,
+    "mltcp_health": maps.Health,
 }
 
 

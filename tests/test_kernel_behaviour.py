@@ -1,0 +1,255 @@
+"""MLTCP's behaviour on real kernel TCP across a netns bottleneck.
+
+Bands, and where they come from (1 Gbit/s HTB, 200-packet byte-limited FIFO,
+3 s bulk flows sampled every 5 ms, measured on this machine kind):
+* Congestion-avoidance growth per round (flowstats.ca_growth, ~1400 rounds per run):
+  native Reno 1.000, MLTCP-Reno F = 1 0.999, F = 2 2.004; native CUBIC 0.528,
+  MLTCP-CUBIC F = 1 0.524, F = 2 2.48; MLTCP-DCTCP F = 1 1.000, F = 2 2.001.
+  Reno-type growth is exact to < 1 %, so F = 1 must match native within 10 % and
+  F = 2 must give 2.0 +- 10 %.  CUBIC's growth depends on the time since the
+  last reduction, so F = 1 must match native within 15 % and F = 2 must be at
+  least 1.5x native.
+* Goodput saturates the link (95.6 % of the HTB rate, header overhead) for every
+  variant, so F = 1 must match native within 3 %; mean cwnd within 15 %.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import uuid
+
+import pytest
+
+from mltcp import datapath, flowstats, jobs, maps, telemetry
+from mltcp.labrun import Sender, run_senders, start_sink
+from mltcp.netns import BottleneckSpec, Dumbbell
+
+pytestmark = pytest.mark.kernel
+
+PORT, DCTCP_PORT, SECOND_PORT = 6000, 6001, 6002
+RATE_MBIT = 300
+DURATION = ["--duration", "3"]
+
+
+@pytest.fixture(scope="module")
+def lab(bpf_host):
+    """All modules loaded, a 2-sender dumbbell with sinks (plain and DCTCP).
+
+    Senders emit single segments (gso_max_segs 1) so the drop-tail queue drops
+    packets, not 44-segment GSO bursts: with GSO bursts the flow that grows faster
+    takes most of the drops and window growth no longer maps to bandwidth share.
+    300 Mbit/s keeps the unsegmented senders cwnd-limited on 2 cores."""
+    datapath.unload_all()
+    datapath.load(["all"])
+    try:
+        with Dumbbell(n_senders=2, gso_max_segs=1,
+                      bottleneck=BottleneckSpec(rate_mbit=RATE_MBIT, queue_packets=100)) as net:
+            recv = net.receivers[0]
+            start_sink(net, recv, PORT)
+            start_sink(net, recv, SECOND_PORT)
+            start_sink(net, recv, DCTCP_PORT, cc="mltcp_dctcp")
+            yield net
+    finally:
+        jobs.Registry().clear()
+        datapath.unload_all()
+
+
+@pytest.fixture
+def job(lab):
+    """attach(name, cc, **spec) -> JobRecord; detaches everything afterwards."""
+    names: list[str] = []
+
+    def attach(name: str, cc: str, **kw) -> jobs.JobRecord:
+        kw.setdefault("rules", (maps.Rule(port=DCTCP_PORT if cc == "dctcp" else PORT),))
+        rec = jobs.attach(jobs.JobSpec(name=name, cc=cc, **kw))
+        names.append(name)
+        return rec
+
+    yield attach
+    attached = jobs.Registry().read()
+    for name in names:
+        if name in attached:  # the test may have detached it already
+            jobs.detach(name)
+
+
+def bulk(lab, cc: str, port: int = PORT) -> dict:
+    [report] = run_senders(lab, [Sender(lab.senders[0], port, cc, DURATION, sample_ms=5)],
+                           lab.receivers[0])
+    return report
+
+
+def job_state(job_id: int) -> maps.JobState:
+    with maps.PinnedMap("mltcp_job_state") as st:
+        return st.get(ctypes.c_uint32(job_id), maps.JobState)
+
+
+@pytest.mark.parametrize("module,native,growth_band", [
+    ("reno", "reno", 0.10), ("cubic", "cubic", 0.15)])
+def test_f_equal_one_matches_the_native_algorithm(lab, job, module, native, growth_band):
+    ref = bulk(lab, native)
+    job("std", module, budget=10**9, slope=0.0, intercept=1.0)
+    ours = bulk(lab, f"mltcp_{module}")
+    assert ours["goodput_bps"] == pytest.approx(ref["goodput_bps"], rel=0.03)
+    g_ref, g_ours = (flowstats.ca_growth(r["samples"]) for r in (ref, ours))
+    assert g_ref.rounds > 500 and g_ours.rounds > 500
+    assert g_ours.per_round == pytest.approx(g_ref.per_round, rel=growth_band)
+    assert flowstats.mean_cwnd(ours["samples"]) == pytest.approx(
+        flowstats.mean_cwnd(ref["samples"]), rel=0.15)
+    [st] = telemetry.collect()
+    assert st.f == 1.0 and st.total_bytes >= 0.9 * ours["bytes_acked_total"]
+
+
+@pytest.mark.parametrize("module", ["reno", "dctcp"])
+def test_f_pinned_at_two_doubles_additive_increase(lab, job, module):
+    port = DCTCP_PORT if module == "dctcp" else PORT
+    job("f1", module, budget=10**9, slope=0.0, intercept=1.0)
+    g1 = flowstats.ca_growth(bulk(lab, f"mltcp_{module}", port)["samples"])
+    jobs.detach("f1")
+    job("f2", module, budget=10**9, slope=0.0, intercept=2.0)
+    g2 = flowstats.ca_growth(bulk(lab, f"mltcp_{module}", port)["samples"])
+    assert g1.per_round == pytest.approx(1.0, rel=0.10)
+    assert g2.per_round == pytest.approx(2.0, rel=0.10)
+
+
+def test_f_pinned_at_two_speeds_up_cubic(lab, job):
+    ref = flowstats.ca_growth(bulk(lab, "cubic")["samples"])
+    job("c2", "cubic", budget=10**9, slope=0.0, intercept=2.0)
+    fast = flowstats.ca_growth(bulk(lab, "mltcp_cubic")["samples"])
+    assert fast.per_round >= 1.5 * ref.per_round
+
+
+def test_flow_of_no_job_runs_the_standard_algorithm(lab, job):
+    job("other", "reno", budget=10**9, slope=0.0, intercept=2.0,
+        rules=(maps.Rule(port=PORT + 99),))  # a job exists, but not for this flow
+    g = flowstats.ca_growth(bulk(lab, "mltcp_reno")["samples"])
+    assert g.per_round == pytest.approx(1.0, rel=0.10)
+    [st] = telemetry.collect()
+    assert st.flows == [] and st.total_bytes == 0
+
+
+def test_stale_config_falls_back_to_standard(lab, job):
+    rec = job("stale", "reno", budget=10**9, slope=0.0, intercept=2.0, stale_s=1)
+    with maps.PinnedMap("mltcp_job_cfg") as m:  # the control plane went away 5 s ago
+        cfg = m.get(ctypes.c_uint32(rec.id), maps.JobCfg)
+        cfg.refreshed_ns -= 5_000_000_000
+        m.put(ctypes.c_uint32(rec.id), cfg)
+    g = flowstats.ca_growth(bulk(lab, "mltcp_reno")["samples"])
+    assert g.per_round == pytest.approx(1.0, rel=0.10)
+    assert telemetry.collect()[0].stale
+
+
+def _share_of_the_job_ahead(lab, job, cc: str, slope: float, trial: int) -> float:
+    """Jobs A and B start together; A's budget is a quarter of B's, so A is always further
+    into its iteration (bytes_ratio 4x B's). A's share of the bytes while A communicates."""
+    big = 160_000_000
+    small = big // 4
+    job(f"a{trial}", cc, budget=small, slope=slope, rules=(maps.Rule(port=PORT),))
+    job(f"b{trial}", cc, budget=big, slope=slope, rules=(maps.Rule(port=SECOND_PORT),))
+    host_a, host_b = lab.senders if trial % 2 == 0 else lab.senders[::-1]
+    a, b = run_senders(lab, [
+        Sender(host_a, PORT, cc, ["--iterations", "1", "--bytes-per-iteration", str(small)]),
+        Sender(host_b, SECOND_PORT, cc, ["--iterations", "1", "--bytes-per-iteration", str(big)]),
+    ], lab.receivers[0])
+    start = max(r["t0_monotonic"] + r["iterations"][0]["comm_start"] for r in (a, b))
+    end = a["t0_monotonic"] + a["iterations"][0]["comm_end"]
+    got_a, got_b = (flowstats.acked_between(r, start, end) for r in (a, b))
+    jobs.detach(f"a{trial}")
+    jobs.detach(f"b{trial}")
+    return got_a / (got_a + got_b)
+
+
+@pytest.mark.parametrize("cc", ["reno", "cubic"])
+def test_job_further_into_its_iteration_gets_the_larger_share(lab, job, cc):
+    """slope 4 (F from 1 to 5) against slope 0 (fair), two trials each, senders swapped.
+    Measured: reno 0.62-0.65 vs 0.47-0.54, cubic 0.64-0.81 vs 0.48-0.57."""
+    mltcp = [_share_of_the_job_ahead(lab, job, cc, 4.0, t) for t in range(2)]
+    fair = [_share_of_the_job_ahead(lab, job, cc, 0.0, t) for t in range(2)]
+    assert sum(mltcp) / 2 > 0.57, (mltcp, fair)
+    assert sum(mltcp) / 2 > sum(fair) / 2 + 0.06, (mltcp, fair)
+
+
+def test_iteration_accounting_is_exact_and_budget_is_learned(lab, job):
+    per_iter, iters = 20_000_000, 6
+    pattern = ["--iterations", str(iters), "--bytes-per-iteration", str(per_iter),
+               "--compute-ms", "50"]
+    rec = job("exact", "cubic", budget=per_iter, gap_ms=5)
+    run_senders(lab, [Sender(lab.senders[0], PORT, "cubic", pattern, conns=2)], lab.receivers[0])
+    st = job_state(rec.id)
+    assert st.iteration == iters          # every iteration wrapped exactly once
+    assert st.history() == [per_iter] * (iters - 1)   # gap boundaries saw the exact bytes
+    assert st.wraps == iters and st.gaps == iters - 1
+    assert per_iter * iters <= st.total_bytes <= per_iter * iters + 2  # + FIN per connection
+    jobs.detach("exact")
+
+    rec = job("learner", "cubic", learn=True, gap_ms=5)
+    assert jobs.refresh() == {}
+    run_senders(lab, [Sender(lab.senders[0], PORT, "cubic", pattern, conns=2)], lab.receivers[0])
+    st = job_state(rec.id)
+    assert st.iteration == iters - 1      # budget unknown: only gap boundaries count
+    assert jobs.refresh() == {"learner": per_iter}
+    [status] = telemetry.collect()
+    assert status.budget == per_iter and status.learned_budget == per_iter
+
+
+def test_cgroup_attach_selects_mltcp_for_an_unmodified_program(lab, job):
+    root = datapath.cgroup2_root()
+    cg = root / f"mltcp-test-{uuid.uuid4().hex[:6]}"
+    cg.mkdir()
+    try:
+        rec = job("cg", "cubic", budget=10**9, slope=0.0, intercept=2.0, cgroup=str(cg),
+                  rules=())
+        # The program asks for plain reno; the classifier switches it to mltcp_cubic.
+        [rep] = run_senders(lab, [Sender(lab.senders[0], PORT, "reno", DURATION, sample_ms=5,
+                                         cgroup=cg)], lab.receivers[0])
+        st = job_state(rec.id)
+        assert st.total_bytes >= 0.99 * rep["bytes_acked_total"]
+        ref = flowstats.ca_growth(bulk(lab, "reno")["samples"])
+        assert flowstats.ca_growth(rep["samples"]).per_round > 1.5 * ref.per_round
+    finally:
+        cg.rmdir()
+
+
+def _dctcp_run(lab, k: int) -> tuple[maps.Marker, int, int]:
+    """One MLTCP-DCTCP flow (F = 1) through the marker with threshold k:
+    (marker counters, drops at the bottleneck, window reductions of the job).
+
+    With ECN marks, any BPF congestion control on this kernel (even a three-line Reno
+    calling the kernel's own kfuncs) now and then gets a garbage ssthresh back into
+    TCP, which blows up the window and the queue for a few milliseconds; native reno
+    does not (docs/known-issues.md).  One flow keeps those episodes rare."""
+    dev, ns = lab.bottleneck_dev, lab.router_ns
+    with maps.PinnedMap("mltcp_markers") as mm:  # fresh counters for this K
+        ino = mm.get(ctypes.c_uint32(datapath._ifindex(ns, dev)), maps.Marker).netns_ino
+        mm.put(ctypes.c_uint32(datapath._ifindex(ns, dev)), maps.Marker(netns_ino=ino, k_bytes=k))
+    rec = jobs.attach(jobs.JobSpec(name=f"dc{k}", cc="dctcp", budget=10**9, slope=0.0,
+                                   intercept=1.0, rules=(maps.Rule(port=DCTCP_PORT),)))
+    try:
+        drops_before = lab.tc_stats().drops
+        [report] = run_senders(lab, [Sender(lab.senders[0], DCTCP_PORT, "mltcp_dctcp", DURATION)],
+                               lab.receivers[0])
+        assert report["goodput_bps"] > 0.9 * RATE_MBIT * 1e6
+        return (datapath.marker_stats(dev, netns=ns), lab.tc_stats().drops - drops_before,
+                job_state(rec.id).cwnd_reductions)
+    finally:
+        jobs.detach(f"dc{k}")
+
+
+def test_dctcp_holds_the_queue_near_k_with_ecn_marks(lab):
+    """The queue follows K: the mean backlog seen by arriving packets stays within
+    [0.5 K, 1.5 K] for K = 30 kB and 75 kB, with thousands of window cuts."""
+    dev, ns = lab.bottleneck_dev, lab.router_ns
+    datapath.attach_marker(dev, 30_000, netns=ns)
+    try:
+        for k in (30_000, 75_000):
+            m, drops, cuts = _dctcp_run(lab, k)
+            mean_q = m.backlog_sum / m.packets
+            print(f"K {k}: marked {m.marked}/{m.packets}, mean queue {mean_q:.0f} B, "
+                  f"drops {drops}, window cuts {cuts}")
+            assert 0.5 * k <= mean_q <= 1.5 * k, f"mean queue {mean_q:.0f} B with K = {k} B"
+            assert m.marked > 100 and m.not_ect == 0
+            assert cuts > 50                   # DCTCP cut its window on the marks
+            # Drops are not asserted: the kernel fault of _dctcp_run produces a burst of a
+            # few thousand now and then (seen: 20-550 without it, 5455 with it).
+    finally:
+        datapath.detach_marker(dev, netns=ns)
+
