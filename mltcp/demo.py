@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -23,7 +22,8 @@ from pathlib import Path
 
 from mltcp import datapath, jobs, maps, telemetry
 from mltcp.agent import Agent
-from mltcp.errors import CapabilityError, MltcpError
+from mltcp.errors import CapabilityError
+from mltcp.labrun import Sender, run_senders, start_sink
 from mltcp.netns import BottleneckSpec, Dumbbell
 
 DEMO_PORTS = (5101, 5102)
@@ -38,12 +38,6 @@ class IterationView:
     max_ratio: float = 0.0
     max_f: float = 0.0
     cwnds: list[int] = field(default_factory=list)
-
-
-def _wait_listening(proc, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    line = proc.stdout.readline()
-    if not line or json.loads(line).get("event") != "listening":
-        raise MltcpError(f"traffic sink did not start: {line!r}")
 
 
 def overlap_fraction(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
@@ -77,12 +71,7 @@ def run_demo(cc: str = "cubic", iterations: int = 12, rate_mbit: float = 1000,
             recv = net.receivers[0]
             sink_cc = datapath.cc_name(module) if module == "dctcp" else None
             for port in DEMO_PORTS:
-                argv = [sys.executable, "-m", "mltcp.traffic", "sink", "--port", str(port)]
-                if sink_cc:
-                    argv += ["--cc", sink_cc]
-                import subprocess
-
-                _wait_listening(net.run(recv, argv, stdout=subprocess.PIPE, text=True))
+                start_sink(net, recv, port, cc=sink_cc)
             for name, port in zip(names, DEMO_PORTS, strict=True):
                 jobs.attach(jobs.JobSpec(name=name, cc=module, budget=bytes_per_iteration,
                                          rules=(maps.Rule(recv.addr, port),)), registry)
@@ -94,17 +83,24 @@ def run_demo(cc: str = "cubic", iterations: int = 12, rate_mbit: float = 1000,
                   f"{compute_ms:g} ms of compute, on a {rate_mbit:g} Mbit/s bottleneck, "
                   f"mltcp_{module} (F = 1 + bytes_ratio)", file=out)
             print(f"{'job':<8}{'iter':>5}{'ratio':>8}{'F max':>8}{'cwnd':>8}", file=out)
-            tmp = Path(tempfile.mkdtemp(prefix="mltcp-demo-"))
-            senders = []
-            for i, (host, port) in enumerate(zip(net.senders, DEMO_PORTS, strict=True)):
-                report = tmp / f"job{i}.json"
-                senders.append((report, net.run(host, [
-                    sys.executable, "-m", "mltcp.traffic", "send", "--dst", recv.addr,
-                    "--port", str(port), "--cc", "cubic", "--iterations", str(iterations),
-                    "--bytes-per-iteration", str(bytes_per_iteration),
-                    "--compute-ms", str(compute_ms), "--out", str(report)])))
+            # The programs ask for plain cubic: the classifier switches them to MLTCP.
+            pattern = ["--iterations", str(iterations), "--bytes-per-iteration",
+                       str(bytes_per_iteration), "--compute-ms", str(compute_ms)]
+            senders = [Sender(host, port, "cubic", pattern)
+                       for host, port in zip(net.senders, DEMO_PORTS, strict=True)]
+            reports: list[dict] = []
+            errors: list[BaseException] = []
+
+            def traffic() -> None:
+                try:
+                    reports.extend(run_senders(net, senders, recv))
+                except BaseException as exc:  # reported in the main thread
+                    errors.append(exc)
+
+            traffic_thread = threading.Thread(target=traffic)
+            traffic_thread.start()
             views: dict[str, IterationView] = {}
-            while any(p.poll() is None for _, p in senders):
+            while traffic_thread.is_alive():
                 for st in telemetry.collect(registry):
                     samples.append({"t": time.monotonic(), "job": st.name,
                                     "iteration": st.iteration, "bytes_ratio": st.bytes_ratio,
@@ -120,13 +116,11 @@ def run_demo(cc: str = "cubic", iterations: int = 12, rate_mbit: float = 1000,
                     view.max_f = max(view.max_f, st.f)
                     view.cwnds += [f.cwnd for f in st.flows]
                 time.sleep(0.02)
+            traffic_thread.join()
             agent.stop()
             agent_thread.join(timeout=5)
-            reports = []
-            for report, proc in senders:
-                if proc.returncode != 0 or not report.exists():
-                    raise MltcpError(f"a demo sender failed (exit {proc.returncode})")
-                reports.append(json.loads(report.read_text()))
+            if errors:
+                raise errors[0]
         _summarise(reports, out)
         if json_out:
             Path(json_out).write_text(json.dumps({"senders": reports, "samples": samples},

@@ -1,0 +1,172 @@
+"""Datapath overhead: native CUBIC vs MLTCP-CUBIC, side by side on one netns bottleneck.
+
+Variants (one bulk flow each, rounds interleaved so machine noise hits all alike):
+  native       the kernel's cubic
+  mltcp-nojob  mltcp_cubic, flow of no job (F = 1 by classification)
+  mltcp-f1     mltcp_cubic, flow of a job with slope 0 (F = 1, full per-ACK accounting)
+  mltcp-live   mltcp_cubic, flow of a live job (slope 1, budget 100 MB: F sweeps 1..2)
+
+Reported per variant: goodput and host CPU seconds per GB moved (all cores, /proc/stat),
+and both as ratios to native measured in the same round.  Writes JSON and a PNG.
+
+    python bench/bench_datapath.py --out bench/results/datapath.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mltcp import __version__, datapath, jobs, maps
+from mltcp.labrun import Sender, run_senders, start_sink
+from mltcp.netns import BottleneckSpec, Dumbbell
+
+PORT_PLAIN, PORT_JOB_F1, PORT_JOB_LIVE = 7100, 7101, 7102
+VARIANTS = {
+    "native": ("cubic", PORT_PLAIN),
+    "mltcp-nojob": ("mltcp_cubic", PORT_PLAIN),
+    "mltcp-f1": ("mltcp_cubic", PORT_JOB_F1),
+    "mltcp-live": ("mltcp_cubic", PORT_JOB_LIVE),
+}
+
+
+def cpu_busy_seconds() -> tuple[float, float]:
+    """(all busy, kernel only) CPU seconds of the whole host from /proc/stat.  The
+    datapath's BPF runs in the kernel part (system, irq, softirq)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, idle, iowait, irq, softirq, steal = map(int, fields[:8])
+    hz = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq + steal) / hz, (system + irq + softirq) / hz
+
+
+def git_sha() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent).stdout.strip()
+    except OSError:
+        return "unknown"
+
+
+def run(rounds: int, duration_s: float, rate_mbit: float) -> dict:
+    we_loaded = [] if "cubic" in datapath.loaded_modules() else datapath.load(["cubic"])
+    attached = []
+    results: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+    try:
+        for name, port, slope, budget in (("bench-f1", PORT_JOB_F1, 0.0, 10**12),
+                                          ("bench-live", PORT_JOB_LIVE, 1.0, 100_000_000)):
+            jobs.attach(jobs.JobSpec(name=name, cc="cubic", budget=budget, slope=slope,
+                                     intercept=1.0, stale_s=0, rules=(maps.Rule(port=port),)))
+            attached.append(name)
+        with Dumbbell(n_senders=1, bottleneck=BottleneckSpec(rate_mbit=rate_mbit)) as net:
+            recv = net.receivers[0]
+            for port in (PORT_PLAIN, PORT_JOB_F1, PORT_JOB_LIVE):
+                start_sink(net, recv, port)
+            for r in range(rounds):
+                for variant, (cc, port) in VARIANTS.items():
+                    (busy0, kern0), t0 = cpu_busy_seconds(), time.monotonic()
+                    [rep] = run_senders(net, [Sender(net.senders[0], port, cc,
+                                                     ["--duration", str(duration_s)],
+                                                     sample_ms=100)], recv)
+                    busy1, kern1 = cpu_busy_seconds()
+                    busy, kern = busy1 - busy0, kern1 - kern0
+                    wall = time.monotonic() - t0
+                    gbytes = rep["bytes_acked_total"] / 1e9
+                    results[variant].append({
+                        "round": r, "goodput_bps": rep["goodput_bps"],
+                        "cpu_s": busy, "kernel_cpu_s": kern, "wall_s": wall,
+                        "cpu_s_per_gb": busy / gbytes, "kernel_cpu_s_per_gb": kern / gbytes,
+                    })
+                    print(f"round {r + 1}/{rounds} {variant:<12} "
+                          f"{rep['goodput_bps'] / 1e6:7.1f} Mbit/s  {busy / gbytes:6.3f} CPU s/GB",
+                          file=sys.stderr, flush=True)
+    finally:
+        for name in attached:
+            jobs.detach(name)
+        if we_loaded:
+            datapath.unload(we_loaded)
+
+    summary = {}
+    for variant, runs in results.items():
+        g_ratio = [x["goodput_bps"] / n["goodput_bps"] for x, n in zip(runs, results["native"],
+                                                                       strict=True)]
+        c_ratio = [x["cpu_s_per_gb"] / n["cpu_s_per_gb"] for x, n in zip(runs, results["native"],
+                                                                         strict=True)]
+        k_ratio = [x["kernel_cpu_s_per_gb"] / n["kernel_cpu_s_per_gb"]
+                   for x, n in zip(runs, results["native"], strict=True)]
+        summary[variant] = {
+            "goodput_mbit_median": statistics.median(x["goodput_bps"] for x in runs) / 1e6,
+            "cpu_s_per_gb_median": statistics.median(x["cpu_s_per_gb"] for x in runs),
+            "goodput_ratio_median": statistics.median(g_ratio),
+            "cpu_per_gb_ratio_median": statistics.median(c_ratio),
+            "goodput_ratio_min": min(g_ratio), "goodput_ratio_max": max(g_ratio),
+            "cpu_per_gb_ratio_min": min(c_ratio), "cpu_per_gb_ratio_max": max(c_ratio),
+            "kernel_cpu_s_per_gb_median": statistics.median(x["kernel_cpu_s_per_gb"]
+                                                            for x in runs),
+            "kernel_cpu_per_gb_ratio_median": statistics.median(k_ratio),
+            "kernel_cpu_per_gb_ratio_min": min(k_ratio),
+            "kernel_cpu_per_gb_ratio_max": max(k_ratio),
+        }
+    return {
+        "benchmark": "datapath", "mltcp_version": __version__, "git_sha": git_sha(),
+        "kernel": platform.release(), "cpus": os.cpu_count(),
+        "params": {"rounds": rounds, "duration_s": duration_s, "rate_mbit": rate_mbit},
+        "summary": summary, "runs": results,
+    }
+
+
+def plot(report: dict, png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(report["summary"])
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
+    for ax, key, title in ((axes[0], "goodput_ratio", "goodput / native"),
+                           (axes[1], "cpu_per_gb_ratio", "host CPU per GB / native"),
+                           (axes[2], "kernel_cpu_per_gb_ratio", "kernel CPU per GB / native")):
+        med = [report["summary"][n][f"{key}_median"] for n in names]
+        lo = [m - report["summary"][n][f"{key}_min"] for n, m in zip(names, med, strict=True)]
+        hi = [report["summary"][n][f"{key}_max"] - m for n, m in zip(names, med, strict=True)]
+        ax.bar(names, med, yerr=[lo, hi], capsize=4, color=["#888", "#4a7", "#37a", "#c63"])
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_title(title)
+        ax.tick_params(axis="x", rotation=20)
+    p = report["params"]
+    fig.suptitle(f"MLTCP-CUBIC vs native cubic, {p['rate_mbit']:g} Mbit/s netns bottleneck, "
+                 f"{p['rounds']} interleaved rounds x {p['duration_s']:g} s (median, min-max)")
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--duration", type=float, default=3.0)
+    ap.add_argument("--rate-mbit", type=float, default=1000)
+    ap.add_argument("--out", default="bench/results/datapath.json")
+    args = ap.parse_args()
+    report = run(args.rounds, args.duration, args.rate_mbit)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    plot(report, out.with_suffix(".png"))
+    for variant, s in report["summary"].items():
+        print(f"{variant:<12} goodput {s['goodput_mbit_median']:7.1f} Mbit/s "
+              f"(x{s['goodput_ratio_median']:.3f})  CPU {s['cpu_s_per_gb_median']:.3f} s/GB "
+              f"(x{s['cpu_per_gb_ratio_median']:.3f})  kernel CPU "
+              f"{s['kernel_cpu_s_per_gb_median']:.3f} s/GB "
+              f"(x{s['kernel_cpu_per_gb_ratio_median']:.3f})")
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
