@@ -144,7 +144,9 @@ def test_send_duration_mode_over_loopback(sink: int, tmp_path: Path) -> None:
     assert rep["bytes_acked_total"] > 0 and rep["goodput_bps"] > 0
     assert {s["conn"] for s in rep["samples"]} == {0, 1}
     sample = rep["samples"][-1]
-    assert set(sample) == {"t", "conn", "cwnd", "rtt_us", "bytes_acked", "retrans"}
+    assert set(sample) == {"t", "conn", "cwnd", "rtt_us", "bytes_acked", "retrans", "ssthresh",
+                           "ca_state", "delivered", "delivered_ce"}
+    assert sample["delivered"] > 0 and sample["ssthresh"] > 0
 
 
 def test_send_iteration_mode_over_loopback(sink: int) -> None:
