@@ -276,10 +276,10 @@ def cgroup_link_pin(job_id: int, cgroup: Path) -> Path:
     return maps.PIN_ROOT / LINKS_DIR / f"job{job_id}-cg{cgroup.stat().st_ino}"
 
 
-def attach_cgroup(job_id: int, cgroup: Path) -> Path:
-    """Attach the classifier to a cgroup and bind that cgroup to the job."""
+def _link_classifier(cgroup: Path, pin: Path) -> None:
+    """Attach the classifier to a cgroup through a bpf_link pinned at `pin` (the pin keeps
+    the attachment; removing it detaches)."""
     lib = libbpf()
-    pin = cgroup_link_pin(job_id, cgroup)
     prog_fd = _sockops_prog_fd()
     cg_fd = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -289,46 +289,38 @@ def attach_cgroup(job_id: int, cgroup: Path) -> Path:
         try:
             pin.parent.mkdir(parents=True, exist_ok=True)
             lib.obj_pin(link_fd, str(pin))
-            key = maps.CgroupStorageKey(cgroup_inode_id=cgroup.stat().st_ino,
-                                        attach_type=BPF_CGROUP_SOCK_OPS)
-            storage = lib.obj_get(str(maps.PIN_ROOT / SOCKOPS_DIR / "cgroup_job"))
-            try:
-                lib.map_update(storage, key, ctypes.c_uint32(job_id))
-            finally:
-                os.close(storage)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                pin.unlink()
-            raise
         finally:
             os.close(link_fd)
     finally:
         os.close(cg_fd)
         os.close(prog_fd)
+
+
+def attach_cgroup(job_id: int, cgroup: Path) -> Path:
+    """Attach the classifier to a job's cgroup and bind that cgroup to the job."""
+    lib = libbpf()
+    pin = cgroup_link_pin(job_id, cgroup)
+    _link_classifier(cgroup, pin)
+    try:
+        # The attachment's cgroup storage exists from the attach on: name the job in it.
+        key = maps.CgroupStorageKey(cgroup_inode_id=cgroup.stat().st_ino,
+                                    attach_type=BPF_CGROUP_SOCK_OPS)
+        storage = lib.obj_get(str(maps.PIN_ROOT / SOCKOPS_DIR / "cgroup_job"))
+        try:
+            lib.map_update(storage, key, ctypes.c_uint32(job_id))
+        finally:
+            os.close(storage)
+    except BaseException:
+        pin.unlink()
+        raise
     return pin
 
 
 def attach_root_rules() -> Path:
     """Run the classifier for every socket (root cgroup) so address/port rules select the CC."""
-    root = cgroup2_root()
     pin = maps.PIN_ROOT / LINKS_DIR / "rules-root"
-    if pin.exists():
-        return pin
-    lib = libbpf()
-    prog_fd = _sockops_prog_fd()
-    cg_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        with lib.call("attach"):
-            link_fd = lib.check(lib.lib.bpf_link_create(prog_fd, cg_fd, BPF_CGROUP_SOCK_OPS, None),
-                                "attach sockops to the root cgroup")
-        try:
-            pin.parent.mkdir(parents=True, exist_ok=True)
-            lib.obj_pin(link_fd, str(pin))
-        finally:
-            os.close(link_fd)
-    finally:
-        os.close(cg_fd)
-        os.close(prog_fd)
+    if not pin.exists():
+        _link_classifier(cgroup2_root(), pin)
     return pin
 
 

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from types import FrameType
 from typing import Any
 
+from mltcp.budget import parse_bytes
 from mltcp.errors import MltcpError, SpecError
 
 TCP_CONGESTION = getattr(socket, "TCP_CONGESTION", 13)
@@ -469,23 +470,11 @@ def serve_sink(port: int, cc: str | None = None, bind: str = "0.0.0.0",
 
 # --------------------------------------------------------------------------- CLI
 
-_SIZE_SUFFIX = {"k": 10**3, "m": 10**6, "g": 10**9, "ki": 2**10, "mi": 2**20, "gi": 2**30}
-
-
-def parse_size(text: str) -> int:
-    """Bytes from ``20000000``, ``20M`` (10^6) or ``16Mi`` (2^20)."""
-    t = text.strip().lower().removesuffix("b")
-    for suffix in sorted(_SIZE_SUFFIX, key=len, reverse=True):
-        if t.endswith(suffix):
-            return int(float(t[: -len(suffix)]) * _SIZE_SUFFIX[suffix])
-    return int(t)
-
-
 def _size_arg(text: str) -> int:
     try:
-        return parse_size(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 20M or 20000000") from None
+        return parse_bytes(text, "size")
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,6 +6,7 @@ live kernel socket and against ``ss``, an independent reader of the same data.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -24,8 +25,8 @@ from mltcp.errors import SpecError
 from mltcp.traffic import (
     SendConfig,
     TcpInfo,
+    _size_arg,
     connect,
-    parse_size,
     parse_tcp_info,
     read_tcp_info,
     set_congestion,
@@ -202,11 +203,13 @@ def test_cli_errors_are_one_line() -> None:
 # --------------------------------------------------------------------------- parsing
 
 
-def test_parse_size() -> None:
-    assert parse_size("20000000") == 20_000_000
-    assert parse_size("20M") == parse_size("20MB") == 20_000_000
-    assert parse_size("16Mi") == 16 * 2**20
-    assert parse_size("1.5k") == 1500
+def test_size_argument_uses_the_project_byte_parser() -> None:
+    assert _size_arg("20000000") == 20_000_000
+    assert _size_arg("20M") == _size_arg("20MB") == 20_000_000
+    assert _size_arg("16Mi") == _size_arg("16MiB") == 16 * 2**20
+    assert _size_arg("1.5k") == 1500
+    with pytest.raises(argparse.ArgumentTypeError, match="size: cannot parse"):
+        _size_arg("lots")
 
 
 @pytest.mark.parametrize(("kwargs", "field"), [
