@@ -320,7 +320,7 @@ def _run_duration(run: _Run, duration_s: float) -> tuple[int, float, list[Iterat
     return total, elapsed, []
 
 
-def _send_share(sock: socket.socket, nbytes: int) -> int:
+def send_and_wait_acked(sock: socket.socket, nbytes: int) -> int:
     """Write ``nbytes`` and wait for their ACKs; returns the bytes newly ACKed."""
     before = read_tcp_info(sock).bytes_acked
     payload = memoryview(bytes(min(nbytes, _SEND_CHUNK)))
@@ -332,7 +332,7 @@ def _send_share(sock: socket.socket, nbytes: int) -> int:
     return wait_acked(sock).bytes_acked - before
 
 
-def _split(total: int, parts: int) -> list[int]:
+def split_evenly(total: int, parts: int) -> list[int]:
     base, extra = divmod(total, parts)
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
@@ -340,7 +340,7 @@ def _split(total: int, parts: int) -> list[int]:
 def _run_iterations(run: _Run, cfg: SendConfig) -> tuple[int, float, list[IterationRecord]]:
     """Compute (sleep), then send one iteration's bytes over all conns in parallel."""
     assert cfg.iterations is not None
-    shares = _split(cfg.bytes_per_iteration, cfg.conns)
+    shares = split_evenly(cfg.bytes_per_iteration, cfg.conns)
     for s in run.socks:
         s.settimeout(None)
     records = []
@@ -349,7 +349,7 @@ def _run_iterations(run: _Run, cfg: SendConfig) -> tuple[int, float, list[Iterat
             start = run.now()
             time.sleep(cfg.compute_ms / 1000)
             comm_start = run.now()
-            acked = sum(pool.map(_send_share, run.socks, shares))
+            acked = sum(pool.map(send_and_wait_acked, run.socks, shares))
             comm_end = run.now()
             records.append(IterationRecord(k, start, comm_start, comm_end, comm_end, acked))
     total = sum(r.bytes for r in records)
@@ -412,7 +412,7 @@ class _Stop(Exception):
     """Raised from the signal handler to leave the accept loop."""
 
 
-def _drain(conn: socket.socket, counter: list[int]) -> None:
+def drain(conn: socket.socket, counter: list[int]) -> None:
     buf = bytearray(_RECV_BUF)
     total = 0
     with conn:
@@ -456,7 +456,7 @@ def serve_sink(port: int, cc: str | None = None, bind: str = "0.0.0.0",
         while True:
             conn, _ = srv.accept()
             accepted += 1
-            threading.Thread(target=_drain, args=(conn, counter), daemon=True).start()
+            threading.Thread(target=drain, args=(conn, counter), daemon=True).start()
     except _Stop:
         pass
     finally:

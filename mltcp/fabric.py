@@ -1,0 +1,280 @@
+"""A network of namespaces: hosts, switches and shaped links, routed by shortest paths.
+
+The testbed needs more than a one-router dumbbell: ring collectives send in both
+directions across the shared link, and leaf-spine fabrics have several shared
+links with equal-cost paths.  A :class:`Fabric` is built from nodes and links;
+every link is a veth pair with its own /24, every shaped link has an HTB class
+with a byte-limited FIFO on *both* egress sides, and routes to every host's
+address are installed along all shortest paths (several next hops = ECMP,
+hashed on L4 so that connections spread).
+
+Host devices send single segments by default (``gso_max_segs``): the drop-tail
+queues then drop packets rather than whole 64 KB GSO bursts, which otherwise
+land on whichever flow grows fastest and hide the effect MLTCP relies on
+(measured in issue 2: docs/known-issues.md and tests/test_kernel_behaviour.py).
+
+Namespaces are named ``<tag>-<node>`` with the project prefix so that
+``mltcp testbed clean`` (netns.cleanup_leftovers) finds leftovers of killed runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+
+from mltcp.errors import SpecError
+from mltcp.netns import (
+    _HTB_CLASS_MINOR,
+    _HTB_QUANTUM_BYTES,
+    _LIVE,
+    _LIVE_LOCK,
+    _MTU_FRAME_BYTES,
+    _cmd,
+    _delete_netns,
+    _install_exit_hooks,
+    _ip_batch,
+    _run_tag,
+    _sysctl,
+    _tc_batch,
+    list_netns,
+    nsenter_argv,
+    require_netns,
+)
+
+HTB_BURST_BYTES = 500_000
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """An undirected link; shaped (both directions) when rate_mbit is set."""
+
+    id: str
+    a: str
+    b: str
+    rate_mbit: float | None = None
+    queue_packets: int = 100
+
+
+@dataclass
+class Port:
+    """One end of a link: the device in `node`'s namespace and its address."""
+
+    node: str
+    dev: str
+    addr: str
+    peer_addr: str
+
+
+@dataclass
+class _Built:
+    namespaces: list[str] = field(default_factory=list)
+    closed: bool = False
+
+
+class Fabric:
+    """Build on construction, tear down on close() / context exit / SIGTERM / exit."""
+
+    def __init__(self, hosts: list[str], switches: list[str], links: list[LinkSpec],
+                 prefix: str | None = None, gso_max_segs: int | None = 1) -> None:
+        require_netns()
+        nodes = [*hosts, *switches]
+        if len(set(nodes)) != len(nodes):
+            raise SpecError("nodes", "duplicate node names", "give every host/switch its own name")
+        for link in links:
+            for end in (link.a, link.b):
+                if end not in nodes:
+                    raise SpecError(f"links.{link.id}", f"unknown node {end!r}",
+                                    "connect only declared hosts and switches")
+        if len(links) > 250:
+            raise SpecError("links", f"{len(links)} links", "use at most 250 links")
+        self.hosts, self.switches, self.links = list(hosts), list(switches), list(links)
+        self.gso_max_segs = gso_max_segs
+        self.tag = _run_tag(prefix)
+        self.ports: dict[str, tuple[Port, Port]] = {}
+        self._built = _Built()
+        self._lock = threading.Lock()
+        _install_exit_hooks()
+        with _LIVE_LOCK:
+            _LIVE.add(self)  # type: ignore[arg-type]  # closed like a Dumbbell
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+
+    # ---------------------------------------------------------------- naming
+    def ns(self, node: str) -> str:
+        return f"{self.tag}-{node}"
+
+    def host_addr(self, host: str) -> str:
+        """A host's address (on its first link)."""
+        for a_port, b_port in self.ports.values():
+            for port in (a_port, b_port):
+                if port.node == host:
+                    return port.addr
+        raise SpecError("host", f"no host {host!r}", f"use one of {self.hosts}")
+
+    def shaped_ports(self) -> list[tuple[str, Port]]:
+        """(link id, egress port) for both directions of every shaped link."""
+        out = []
+        for link in self.links:
+            if link.rate_mbit:
+                a_port, b_port = self.ports[link.id]
+                out += [(link.id, a_port), (link.id, b_port)]
+        return out
+
+    # ---------------------------------------------------------------- build
+    def _build(self) -> None:
+        for node in [*self.hosts, *self.switches]:
+            ns = self.ns(node)
+            if ns in list_netns():
+                raise SpecError("prefix", f"namespace {ns} already exists", "pick another prefix")
+            _cmd(["ip", "netns", "add", ns])
+            self._built.namespaces.append(ns)
+            settings = {"net.ipv6.conf.all.disable_ipv6": "1",
+                        "net.ipv6.conf.default.disable_ipv6": "1"}
+            if node in self.switches:
+                settings |= {"net.ipv4.ip_forward": "1",
+                             "net.ipv4.fib_multipath_hash_policy": "1"}
+            else:
+                settings |= {"net.ipv4.tcp_ecn": "1", "net.ipv4.tcp_ecn_fallback": "0",
+                             "net.ipv4.tcp_no_metrics_save": "1"}
+            _sysctl(ns, settings)
+            _ip_batch(ns, ["link set lo up"])
+        cmds: dict[str, list[str]] = {n: [] for n in [*self.hosts, *self.switches]}
+        for k, link in enumerate(self.links):
+            net = f"10.{200 + k // 250}.{k % 250}"
+            a_dev, b_dev = f"l{k}-{link.b}"[:15], f"l{k}-{link.a}"[:15]
+            _cmd(["ip", "link", "add", "name", a_dev, "netns", self.ns(link.a), "type", "veth",
+                  "peer", "name", b_dev, "netns", self.ns(link.b)])
+            a_port = Port(link.a, a_dev, f"{net}.1", f"{net}.2")
+            b_port = Port(link.b, b_dev, f"{net}.2", f"{net}.1")
+            self.ports[link.id] = (a_port, b_port)
+            for port in (a_port, b_port):
+                cmds[port.node] += [f"addr add {port.addr}/24 dev {port.dev}",
+                                    f"link set {port.dev} up"]
+                if port.node in self.hosts and self.gso_max_segs:
+                    cmds[port.node].append(f"link set {port.dev} gso_max_segs {self.gso_max_segs}")
+        for node, lines in cmds.items():
+            _ip_batch(self.ns(node), lines)
+        for node in [*self.hosts, *self.switches]:
+            _ip_batch(self.ns(node), self._routes(node))
+        for link in self.links:
+            if link.rate_mbit:
+                for port in self.ports[link.id]:
+                    _tc_batch(self.ns(port.node), self._htb(port.dev, link))
+
+    def _neighbours(self, node: str) -> list[tuple[str, Port]]:
+        out = []
+        for a_port, b_port in self.ports.values():
+            if a_port.node == node:
+                out.append((b_port.node, a_port))
+            elif b_port.node == node:
+                out.append((a_port.node, b_port))
+        return out
+
+    def _distances(self, target: str) -> dict[str, int]:
+        dist = {target: 0}
+        queue = deque([target])
+        while queue:
+            cur = queue.popleft()
+            for nxt, _ in self._neighbours(cur):
+                # Hosts do not forward: paths go through switches only.
+                if nxt not in dist and (cur == target or cur in self.switches):
+                    dist[nxt] = dist[cur] + 1
+                    queue.append(nxt)
+        return dist
+
+    def _routes(self, node: str) -> list[str]:
+        lines = []
+        for host in self.hosts:
+            if host == node:
+                continue
+            dist = self._distances(host)
+            if node not in dist:
+                raise SpecError("links", f"{node} cannot reach {host}", "connect the fabric")
+            hops = [port for nxt, port in self._neighbours(node)
+                    if nxt in dist and dist[nxt] == dist[node] - 1
+                    and (nxt == host or nxt in self.switches)]
+            addr = self.host_addr(host)
+            if len(hops) == 1:
+                lines.append(f"route add {addr}/32 via {hops[0].peer_addr} dev {hops[0].dev}")
+            else:
+                nh = " ".join(f"nexthop via {p.peer_addr} dev {p.dev}" for p in hops)
+                lines.append(f"route add {addr}/32 {nh}")
+        return lines
+
+    @staticmethod
+    def _htb(dev: str, link: LinkSpec) -> list[str]:
+        rate = f"{round(link.rate_mbit * 1e6)}bit"  # type: ignore[operator]
+        minor = _HTB_CLASS_MINOR
+        return [
+            f"qdisc replace dev {dev} root handle 1: htb default {minor}",
+            f"class add dev {dev} parent 1: classid 1:{minor} htb rate {rate} ceil {rate} "
+            f"burst {HTB_BURST_BYTES}b cburst {HTB_BURST_BYTES}b quantum {_HTB_QUANTUM_BYTES}",
+            f"qdisc add dev {dev} parent 1:{minor} handle {minor}: bfifo limit "
+            f"{link.queue_packets * _MTU_FRAME_BYTES}",
+        ]
+
+    # ---------------------------------------------------------------- use
+    def qdisc_stats(self, node: str) -> dict[str, dict]:
+        """Root-qdisc counters per device of one node: bytes, packets, drops, backlog."""
+        out = _cmd(nsenter_argv(self.ns(node), ["tc", "-s", "-j", "qdisc", "show"]))
+        stats = {}
+        for q in json.loads(out or "[]"):
+            if q.get("root"):
+                stats[q["dev"]] = {"bytes": q.get("bytes", 0), "packets": q.get("packets", 0),
+                                   "drops": q.get("drops", 0), "backlog": q.get("backlog", 0)}
+        return stats
+
+    def close(self) -> None:
+        with self._lock:
+            if self._built.closed:
+                return
+            self._built.closed = True
+        for ns in reversed(self._built.namespaces):
+            with contextlib.suppress(Exception):
+                _delete_netns(ns)
+        with _LIVE_LOCK:
+            _LIVE.discard(self)  # type: ignore[arg-type]
+
+    def __enter__(self) -> Fabric:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def dumbbell(hosts: int, bottleneck_mbit: float, queue_packets: int,
+             host_link_mbit: float | None = None, **kw: object) -> Fabric:
+    """h1..h(n/2) on switch L, the rest on switch R, one shaped link L-R ("bottleneck")."""
+    names = [f"h{i}" for i in range(1, hosts + 1)]
+    half = (hosts + 1) // 2
+    links = [LinkSpec(f"{h}-access", h, "swL" if i < half else "swR", host_link_mbit,
+                      queue_packets) for i, h in enumerate(names)]
+    links.append(LinkSpec("bottleneck", "swL", "swR", bottleneck_mbit, queue_packets))
+    return Fabric(names, ["swL", "swR"], links, **kw)  # type: ignore[arg-type]
+
+
+def leaf_spine(leaves: int, spines: int, hosts_per_leaf: int, host_link_mbit: float,
+               oversubscription: float, queue_packets: int, **kw: object) -> Fabric:
+    """Hosts on leaves, every leaf linked to every spine; uplinks sized for the
+    oversubscription: hosts_per_leaf * host_link / oversubscription over `spines` links."""
+    hosts, links = [], []
+    uplink = hosts_per_leaf * host_link_mbit / oversubscription / spines
+    n = 0
+    for leaf in range(1, leaves + 1):
+        for _ in range(hosts_per_leaf):
+            n += 1
+            hosts.append(f"h{n}")
+            links.append(LinkSpec(f"h{n}-access", f"h{n}", f"leaf{leaf}", host_link_mbit,
+                                  queue_packets))
+        for spine in range(1, spines + 1):
+            links.append(LinkSpec(f"leaf{leaf}-spine{spine}", f"leaf{leaf}", f"spine{spine}",
+                                  uplink, queue_packets))
+    switches = [f"leaf{i}" for i in range(1, leaves + 1)] + [f"spine{i}"
+                                                             for i in range(1, spines + 1)]
+    return Fabric(hosts, switches, links, **kw)  # type: ignore[arg-type]

@@ -1,0 +1,71 @@
+"""Namespace fabrics (dumbbell, leaf-spine) and the ring-collective job driver, for real."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from mltcp import fabric
+from mltcp.jobdriver import DriverSpec, WorkerSpec, run_job
+from mltcp.netns import list_netns
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0,
+                                reason="needs root (CAP_NET_ADMIN) to create network namespaces")
+
+
+def _job(f: fabric.Fabric, hosts: list[str], port: int, **kw) -> DriverSpec:
+    workers = [WorkerSpec(f"/run/netns/{f.ns(h)}", f.host_addr(h), port) for h in hosts]
+    base = dict(job="j", workers=workers, cc="cubic", connections=2, compute_ms=30,
+                bytes_per_worker=2_000_000, iterations=3, t0=time.monotonic() + 0.3)
+    return DriverSpec(**{**base, **kw})
+
+
+def test_dumbbell_ring_crosses_the_bottleneck_both_ways_with_barriers():
+    with fabric.dumbbell(4, 500, 100) as f:
+        spec = _job(f, ["h1", "h3", "h2"], 9100)
+        result = run_job(spec)
+        its = result["iterations"]
+        assert [it["index"] for it in its] == [0, 1, 2]
+        for it in its:
+            assert it["bytes"] == 3 * 2_000_000
+            assert it["comm_start"] - it["start"] >= 0.030 - 1e-3   # compute phase
+            assert it["comm_end"] > it["comm_start"] and it["end"] == it["comm_end"]
+        for a, b in zip(its, its[1:], strict=False):
+            assert b["start"] >= a["end"]                           # barrier: no overlap
+        left = f.qdisc_stats("swL")["l4-swR"]["bytes"]    # swL -> swR direction
+        right = f.qdisc_stats("swR")["l4-swL"]["bytes"]   # swR -> swL direction
+        # ring h1 -> h3 -> h2 -> h1: h1->h3 crosses L->R, h3->h2 crosses R->L.
+        assert left >= 3 * 2_000_000 and right >= 3 * 2_000_000
+        namespaces = [f.ns(n) for n in ("h1", "swL", "swR")]
+    assert not set(namespaces) & set(list_netns())
+
+
+def test_leaf_spine_spreads_over_equal_cost_uplinks():
+    with fabric.leaf_spine(leaves=2, spines=2, hosts_per_leaf=2, host_link_mbit=1000,
+                           oversubscription=2.0, queue_packets=100) as f:
+        uplinks = [link for link in f.links if "spine" in link.id]
+        assert all(link.rate_mbit == pytest.approx(500) for link in uplinks)  # 2*1000/2/2
+        spec = _job(f, ["h1", "h3"], 9200, connections=8, bytes_per_worker=4_000_000,
+                    iterations=1)
+        run_job(spec)
+        per_spine = [sum(st["bytes"] for dev, st in f.qdisc_stats("leaf1").items()
+                         if dev.endswith(f"spine{s}")) for s in (1, 2)]
+        assert sum(per_spine) >= 4_000_000
+        assert min(per_spine) > 0.1 * sum(per_spine)  # ECMP used both spines
+
+
+def test_fabric_is_removed_after_an_error_inside():
+    with pytest.raises(RuntimeError), fabric.dumbbell(2, 100, 50) as f:
+        ns = f.ns("h1")
+        assert ns in list_netns()
+        raise RuntimeError("boom")
+    assert ns not in list_netns()
+
+
+def test_bad_link_is_rejected_before_anything_is_built():
+    before = set(list_netns())
+    with pytest.raises(Exception, match="unknown node 'nowhere'"):
+        fabric.Fabric(["h1"], ["sw"], [fabric.LinkSpec("x", "h1", "nowhere")])
+    assert set(list_netns()) == before
