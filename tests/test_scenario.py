@@ -1,0 +1,464 @@
+"""The scenario spec: packaged examples, validation with field paths, placement, helpers."""
+
+from __future__ import annotations
+
+import copy
+import json
+import tomllib
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mltcp.aggressiveness import Aggressiveness
+from mltcp.budget import Collective
+from mltcp.errors import SpecError
+from mltcp.scenario import (
+    Scenario,
+    list_examples,
+    load_scenario,
+    parse_scenario,
+    placement,
+)
+
+MB = 1_000_000
+GOODPUT_1G = 957e6
+EXAMPLES = ("compatible-pair", "incompatible-pair", "three-jobs", "leaf-spine", "dctcp-pair")
+
+
+def raw_example(name: str) -> dict[str, Any]:
+    """The example as tomllib reads it: the input form, with strings like "10MB"."""
+    text = resources.files("mltcp").joinpath("scenarios", f"{name}.toml").read_text()
+    return tomllib.loads(text)
+
+
+def dumbbell() -> dict[str, Any]:
+    return raw_example("compatible-pair")
+
+
+def leaf_spine() -> dict[str, Any]:
+    return raw_example("leaf-spine")
+
+
+# -- examples -------------------------------------------------------------------
+
+def test_every_example_is_listed() -> None:
+    assert sorted(EXAMPLES) == list_examples()
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_loads_and_round_trips(name: str) -> None:
+    scenario = load_scenario(name)
+    assert scenario.name == name
+    assert len(scenario.description) > 80  # says what the scenario shows
+    data = scenario.to_dict()
+    assert parse_scenario(data, "to_dict") == scenario
+    # JSON-serialisable, and still the same scenario after a trip through JSON.
+    assert parse_scenario(json.loads(json.dumps(data)), "json") == scenario
+
+
+def test_load_by_path_equals_load_by_name(tmp_path: Path) -> None:
+    text = resources.files("mltcp").joinpath("scenarios", "three-jobs.toml").read_text()
+    path = tmp_path / "mine.toml"
+    path.write_text(text)
+    assert load_scenario(path) == load_scenario(str(path)) == load_scenario("three-jobs")
+
+
+def test_compatible_pair_contents() -> None:
+    s = load_scenario("compatible-pair")
+    assert s.seeds == (0, 1, 2, 3, 4)
+    topo = s.topology
+    assert (topo.kind, topo.bottleneck_mbit, topo.host_link_mbit, topo.queue_packets,
+            topo.hosts, topo.ecn_threshold_bytes) == ("dumbbell", 1000, 10000, 100, 4, None)
+    for job in s.jobs:
+        assert (job.compute_ms, job.bytes_per_worker, job.workers, job.iterations,
+                job.start_offset_ms, job.connections, job.collective) == (
+            120, 10 * MB, 2, 30, 0, 1, Collective.RING_ALLREDUCE)
+    assert [(x.name, x.module_name) for x in s.schemes] == [
+        ("cubic", "cubic"), ("reno", "reno"),
+        ("mltcp-cubic", "mltcp_cubic"), ("mltcp-reno", "mltcp_reno")]
+
+
+def test_dctcp_pair_and_leaf_spine_contents() -> None:
+    d = load_scenario("dctcp-pair")
+    assert d.topology.ecn_threshold_bytes == 30000
+    assert [(x.name, x.cc, x.mltcp) for x in d.schemes] == [
+        ("dctcp", "dctcp", False), ("mltcp-dctcp", "dctcp", True)]
+    topo = load_scenario("leaf-spine").topology
+    # 2 hosts * 1000 Mbit/s / oversubscription 2.0, over one spine.
+    assert (topo.kind, topo.hosts, topo.bottleneck_mbit) == ("leaf_spine", 4, 1000)
+    assert [topo.leaf(h) for h in topo.host_names()] == [0, 0, 1, 1]
+
+
+def test_leaf_spine_bottleneck_is_split_over_spines() -> None:
+    data = leaf_spine()
+    data["topology"] |= {"spines": 2, "hosts_per_leaf": 3, "leaves": 3, "oversubscription": 1.5}
+    topo = parse_scenario(data).topology
+    assert topo.hosts == 9
+    assert topo.bottleneck_mbit == pytest.approx(3 * 1000 / 1.5 / 2)
+
+
+# -- validation -------------------------------------------------------------------
+
+Mutation = Callable[[dict[str, Any]], object]
+
+
+def set_(*path: Any) -> Mutation:
+    *keys, last, value = path
+
+    def mutate(data: dict[str, Any]) -> None:
+        for key in keys:
+            data = data[key]
+        data[last] = value
+    return mutate
+
+
+def del_(*path: Any) -> Mutation:
+    *keys, last = path
+
+    def mutate(data: dict[str, Any]) -> None:
+        for key in keys:
+            data = data[key]
+        del data[last]
+    return mutate
+
+
+def dctcp_without_ecn(data: dict[str, Any]) -> None:
+    data["schemes"].append({"name": "dctcp", "cc": "dctcp", "mltcp": False})
+
+
+BAD_DUMBBELL: list[tuple[str, Mutation, str]] = [
+    ("unknown top key", set_("color", "red"), "color"),
+    ("name missing", del_("name"), "name"),
+    ("name uppercase", set_("name", "Pair"), "name"),
+    ("name too long", set_("name", "x" * 41), "name"),
+    ("description not text", set_("description", 3), "description"),
+    ("seeds empty", set_("seeds", []), "seeds"),
+    ("seeds not list", set_("seeds", 0), "seeds"),
+    ("seed negative", set_("seeds", [0, -1]), "seeds[1]"),
+    ("seed float", set_("seeds", [0.5]), "seeds[0]"),
+    ("seed duplicate", set_("seeds", [3, 4, 3]), "seeds[2]"),
+    ("topology missing", del_("topology"), "topology"),
+    ("topology not table", set_("topology", "dumbbell"), "topology"),
+    ("topology unknown key", set_("topology", "bandwidth", 1), "topology.bandwidth"),
+    ("kind missing", del_("topology", "kind"), "topology.kind"),
+    ("kind unknown", set_("topology", "kind", "ring"), "topology.kind"),
+    ("bottleneck missing", del_("topology", "bottleneck_mbit"), "topology.bottleneck_mbit"),
+    ("bottleneck zero", set_("topology", "bottleneck_mbit", 0), "topology.bottleneck_mbit"),
+    ("bottleneck huge", set_("topology", "bottleneck_mbit", 40001), "topology.bottleneck_mbit"),
+    ("bottleneck bool", set_("topology", "bottleneck_mbit", True), "topology.bottleneck_mbit"),
+    ("bottleneck text", set_("topology", "bottleneck_mbit", "1G"), "topology.bottleneck_mbit"),
+    ("host link below bottleneck", set_("topology", "host_link_mbit", 500),
+     "topology.host_link_mbit"),
+    ("host link huge", set_("topology", "host_link_mbit", 50000), "topology.host_link_mbit"),
+    ("queue missing", del_("topology", "queue_packets"), "topology.queue_packets"),
+    ("queue too small", set_("topology", "queue_packets", 9), "topology.queue_packets"),
+    ("queue fractional", set_("topology", "queue_packets", 100.5), "topology.queue_packets"),
+    ("ecn too small", set_("topology", "ecn_threshold_bytes", 1499),
+     "topology.ecn_threshold_bytes"),
+    ("ecn >= queue", set_("topology", "ecn_threshold_bytes", 100 * 1514),
+     "topology.ecn_threshold_bytes"),
+    ("ecn not size", set_("topology", "ecn_threshold_bytes", "lots"),
+     "topology.ecn_threshold_bytes"),
+    ("dctcp without ecn", dctcp_without_ecn, "topology.ecn_threshold_bytes"),
+    ("hosts missing", del_("topology", "hosts"), "topology.hosts"),
+    ("hosts one", set_("topology", "hosts", 1), "topology.hosts"),
+    ("leaves on dumbbell", set_("topology", "leaves", 2), "topology.leaves"),
+    ("oversubscription on dumbbell", set_("topology", "oversubscription", 2.0),
+     "topology.oversubscription"),
+    ("jobs missing", del_("jobs"), "jobs"),
+    ("jobs empty", set_("jobs", []), "jobs"),
+    ("jobs not array", set_("jobs", {"name": "a"}), "jobs"),
+    ("job not table", set_("jobs", 1, "b"), "jobs[1]"),
+    ("job unknown key", set_("jobs", 0, "gpus", 8), "jobs[0].gpus"),
+    ("job name duplicate", set_("jobs", 1, "name", "a"), "jobs[1].name"),
+    ("job name bad", set_("jobs", 0, "name", "A!"), "jobs[0].name"),
+    ("job name too long", set_("jobs", 0, "name", "j" * 21), "jobs[0].name"),
+    ("compute missing", del_("jobs", 1, "compute_ms"), "jobs[1].compute_ms"),
+    ("compute zero", set_("jobs", 1, "compute_ms", 0), "jobs[1].compute_ms"),
+    ("compute negative", set_("jobs", 1, "compute_ms", -5), "jobs[1].compute_ms"),
+    ("compute huge", set_("jobs", 1, "compute_ms", 600_001), "jobs[1].compute_ms"),
+    ("compute text", set_("jobs", 1, "compute_ms", "200"), "jobs[1].compute_ms"),
+    ("bytes missing", del_("jobs", 0, "bytes_per_iteration"), "jobs[0].bytes_per_iteration"),
+    ("bytes unparsable", set_("jobs", 0, "bytes_per_iteration", "ten MB"),
+     "jobs[0].bytes_per_iteration"),
+    ("bytes zero", set_("jobs", 0, "bytes_per_iteration", 0), "jobs[0].bytes_per_iteration"),
+    ("bytes over 1 TiB", set_("jobs", 0, "bytes_per_iteration", "2TiB"),
+     "jobs[0].bytes_per_iteration"),
+    ("bytes float", set_("jobs", 0, "bytes_per_iteration", 1.5e6), "jobs[0].bytes_per_iteration"),
+    ("workers one", set_("jobs", 0, "workers", 1), "jobs[0].workers"),
+    ("workers over hosts", set_("jobs", 0, "workers", 5), "jobs[0].workers"),
+    ("placement length", set_("jobs", 0, "placement", ["h1"]), "jobs[0].placement"),
+    ("placement not list", set_("jobs", 0, "placement", "h1,h3"), "jobs[0].placement"),
+    ("placement unknown host", set_("jobs", 0, "placement", ["h1", "h9"]),
+     "jobs[0].placement[1]"),
+    ("placement duplicate host", set_("jobs", 0, "placement", ["h3", "h3"]),
+     "jobs[0].placement[1]"),
+    ("placement one side", set_("jobs", 1, "placement", ["h3", "h4"]), "jobs[1].placement"),
+    ("connections zero", set_("jobs", 0, "connections", 0), "jobs[0].connections"),
+    ("connections 17", set_("jobs", 0, "connections", 17), "jobs[0].connections"),
+    ("offset negative", set_("jobs", 0, "start_offset_ms", -1), "jobs[0].start_offset_ms"),
+    ("iterations missing", del_("jobs", 0, "iterations"), "jobs[0].iterations"),
+    ("iterations zero", set_("jobs", 0, "iterations", 0), "jobs[0].iterations"),
+    ("iterations 10001", set_("jobs", 0, "iterations", 10_001), "jobs[0].iterations"),
+    ("collective unknown", set_("jobs", 1, "collective", "butterfly"), "jobs[1].collective"),
+    ("schemes missing", del_("schemes"), "schemes"),
+    ("schemes empty", set_("schemes", []), "schemes"),
+    ("scheme unknown key", set_("schemes", 2, "gain", 2), "schemes[2].gain"),
+    ("scheme name duplicate", set_("schemes", 3, "name", "cubic"), "schemes[3].name"),
+    ("scheme name reserved", set_("schemes", 0, "name", "dedicated"), "schemes[0].name"),
+    ("scheme name bad", set_("schemes", 0, "name", "Cubic"), "schemes[0].name"),
+    ("cc unknown", set_("schemes", 1, "cc", "bbr"), "schemes[1].cc"),
+    ("cc missing", del_("schemes", 1, "cc"), "schemes[1].cc"),
+    ("mltcp missing", del_("schemes", 2, "mltcp"), "schemes[2].mltcp"),
+    ("mltcp not bool", set_("schemes", 2, "mltcp", "yes"), "schemes[2].mltcp"),
+    ("slope without mltcp", set_("schemes", 0, "slope", 1.0), "schemes[0].slope"),
+    ("cap without mltcp", set_("schemes", 1, "cap", 2.0), "schemes[1].cap"),
+    ("slope negative", set_("schemes", 2, "slope", -1.0), "schemes[2].slope"),
+    ("slope bool", set_("schemes", 2, "slope", True), "schemes[2].slope"),
+    ("intercept zero", set_("schemes", 3, "intercept", 0.0), "schemes[3].intercept"),
+    ("cap below intercept", set_("schemes", 3, "cap", 0.5), "schemes[3].cap"),
+]
+
+BAD_LEAF_SPINE: list[tuple[str, Mutation, str]] = [
+    ("bottleneck given", set_("topology", "bottleneck_mbit", 1000), "topology.bottleneck_mbit"),
+    ("hosts given", set_("topology", "hosts", 4), "topology.hosts"),
+    ("host link missing", del_("topology", "host_link_mbit"), "topology.host_link_mbit"),
+    ("one leaf", set_("topology", "leaves", 1), "topology.leaves"),
+    ("no spine", set_("topology", "spines", 0), "topology.spines"),
+    ("no hosts per leaf", set_("topology", "hosts_per_leaf", 0), "topology.hosts_per_leaf"),
+    ("oversubscription below 1", set_("topology", "oversubscription", 0.5),
+     "topology.oversubscription"),
+    ("oversubscription missing", del_("topology", "oversubscription"),
+     "topology.oversubscription"),
+    ("links over 40G",  # 2 hosts * 40000 / 1.0 / 1 spine = 80000 Mbit/s per uplink
+     lambda d: d["topology"].update(host_link_mbit=40000, oversubscription=1.0),
+     "topology.oversubscription"),
+    ("placement under one leaf", set_("jobs", 0, "placement", ["h1", "h2"]),
+     "jobs[0].placement"),
+]
+
+
+def assert_spec_error(data: dict[str, Any], field: str) -> SpecError:
+    with pytest.raises(SpecError) as caught:
+        parse_scenario(data, "bad.toml")
+    err = caught.value
+    assert err.field == field, str(err)
+    message = str(err)
+    assert "\n" not in message and message.startswith(f"{field}: ")
+    assert "(in bad.toml)" in err.problem
+    assert err.fix and "--" not in err.fix
+    return err
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"), [case[1:] for case in BAD_DUMBBELL], ids=[c[0] for c in BAD_DUMBBELL]
+)
+def test_bad_dumbbell_spec_names_the_field(mutate: Mutation, field: str) -> None:
+    data = dumbbell()
+    parse_scenario(copy.deepcopy(data))  # the base is valid; only the mutation breaks it
+    mutate(data)
+    assert_spec_error(data, field)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"), [case[1:] for case in BAD_LEAF_SPINE],
+    ids=[c[0] for c in BAD_LEAF_SPINE],
+)
+def test_bad_leaf_spine_spec_names_the_field(mutate: Mutation, field: str) -> None:
+    data = leaf_spine()
+    parse_scenario(copy.deepcopy(data))
+    mutate(data)
+    assert_spec_error(data, field)
+
+
+def test_unknown_key_lists_allowed_keys() -> None:
+    data = dumbbell()
+    data["topology"]["queue_packet"] = 100
+    err = assert_spec_error(data, "topology.queue_packet")
+    assert "did you mean 'queue_packets'?" in err.fix
+    for key in ("kind", "host_link_mbit", "ecn_threshold_bytes", "hosts", "hosts_per_leaf"):
+        assert key in err.fix
+
+
+def test_one_side_placement_explains_the_bottleneck() -> None:
+    data = dumbbell()
+    data["jobs"][0]["placement"] = ["h1", "h2"]
+    err = assert_spec_error(data, "jobs[0].placement")
+    assert "left side" in err.problem and "would not share the bottleneck" in err.problem
+    assert "h1..h2" in err.fix and "h3..h4" in err.fix
+
+
+def test_parse_without_source_leaves_problem_alone() -> None:
+    data = dumbbell()
+    data["jobs"][0]["iterations"] = 0
+    with pytest.raises(SpecError) as caught:
+        parse_scenario(data)
+    assert "(in " not in caught.value.problem
+
+
+def test_optional_fields_take_their_defaults() -> None:
+    data = dumbbell()
+    del data["seeds"], data["description"], data["topology"]["host_link_mbit"]
+    for key in ("connections", "start_offset_ms", "collective"):
+        del data["jobs"][0][key]
+    del data["schemes"][2]["slope"], data["schemes"][2]["intercept"]
+    s = parse_scenario(data)
+    assert s.seeds == (0,) and s.description == ""
+    assert s.topology.host_link_mbit == 10_000
+    job = s.jobs[0]
+    assert (job.connections, job.start_offset_ms, job.collective) == (
+        1, 0, Collective.RING_ALLREDUCE)
+    assert s.schemes[2].aggressiveness == Aggressiveness()
+    data["topology"]["bottleneck_mbit"] = 10_000
+    assert parse_scenario(data).topology.host_link_mbit == 40_000  # 10x, capped
+
+
+def test_sizes_accept_ints_and_strings() -> None:
+    data = dumbbell()
+    data["jobs"][0]["bytes_per_iteration"] = 4 * 2**20
+    data["jobs"][1]["bytes_per_iteration"] = "4MiB"
+    data["topology"]["ecn_threshold_bytes"] = "30KB"
+    s = parse_scenario(data)
+    assert s.jobs[0].bytes_per_worker == s.jobs[1].bytes_per_worker == 4 * 2**20
+    assert s.topology.ecn_threshold_bytes == 30_000
+
+
+def test_toml_syntax_error(tmp_path: Path) -> None:
+    path = tmp_path / "broken.toml"
+    path.write_text('name = "x"\n[topology\nkind = "dumbbell"\n')
+    with pytest.raises(SpecError) as caught:
+        load_scenario(path)
+    err = caught.value
+    assert err.field == "scenario"
+    assert err.problem.startswith(f"{path}: ") and "line 2" in err.problem
+    assert err.fix == "fix the TOML syntax"
+
+
+def test_validation_error_from_file_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    text = resources.files("mltcp").joinpath("scenarios", "compatible-pair.toml").read_text()
+    path.write_text(text.replace("compute_ms = 120", "compute_ms = 0", 1))
+    with pytest.raises(SpecError) as caught:
+        load_scenario(path)
+    assert caught.value.field == "jobs[0].compute_ms"
+    assert str(path) in caught.value.problem
+
+
+def test_unknown_example_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as caught:
+        load_scenario("no-such-example")
+    assert caught.value.field == "scenario" and "compatible-pair" in caught.value.fix
+    with pytest.raises(SpecError) as caught:
+        load_scenario(tmp_path / "absent.toml")
+    assert caught.value.field == "scenario" and "no such file" in caught.value.problem
+
+
+# -- placement ----------------------------------------------------------------------
+
+def test_placement_compatible_pair_crosses_the_bottleneck() -> None:
+    s = load_scenario("compatible-pair")
+    assert placement(s) == {"a": ("h1", "h3"), "b": ("h2", "h4")}
+    assert [s.topology.side(h) for h in s.topology.host_names()] == [
+        "left", "left", "right", "right"]
+
+
+def test_placement_three_jobs_and_leaf_spine() -> None:
+    assert placement(load_scenario("three-jobs")) == {
+        "a": ("h1", "h4"), "b": ("h2", "h5"), "c": ("h3", "h6")}
+    assert placement(load_scenario("leaf-spine")) == {"a": ("h1", "h3"), "b": ("h2", "h4")}
+
+
+def test_placement_keeps_explicit_and_alternates_larger_jobs() -> None:
+    data = dumbbell()
+    data["jobs"][0]["placement"] = ["h4", "h2"]
+    data["jobs"][1]["workers"] = 4
+    assert placement(parse_scenario(data)) == {"a": ("h4", "h2"), "b": ("h1", "h3", "h2", "h4")}
+
+
+def test_placement_odd_dumbbell_fills_the_larger_side() -> None:
+    data = dumbbell()
+    data["topology"]["hosts"] = 3  # h1 left; h2, h3 right
+    data["jobs"][0]["workers"] = 3
+    s = parse_scenario(data)
+    # b wraps round-robin on both sides: left h1 again, right back to h2.
+    assert placement(s) == {"a": ("h1", "h2", "h3"), "b": ("h1", "h2")}
+
+
+def test_placement_leaf_spine_puts_consecutive_workers_on_different_leaves() -> None:
+    data = leaf_spine()
+    data["topology"] |= {"leaves": 3, "hosts_per_leaf": 2}
+    data["jobs"][0]["workers"] = 5
+    s = parse_scenario(data)
+    hosts = placement(s)
+    assert hosts["a"] == ("h1", "h3", "h5", "h2", "h4")
+    for job_hosts in hosts.values():
+        leaves = [s.topology.leaf(h) for h in job_hosts]
+        assert all(x != y for x, y in zip(leaves, leaves[1:], strict=False))
+        assert len(set(job_hosts)) == len(job_hosts)
+
+
+def test_side_and_leaf_refuse_the_other_kind() -> None:
+    with pytest.raises(SpecError):
+        load_scenario("leaf-spine").topology.side("h1")
+    with pytest.raises(SpecError):
+        load_scenario("compatible-pair").topology.leaf("h1")
+    with pytest.raises(SpecError):
+        load_scenario("compatible-pair").topology.side("h5")
+
+
+# -- helpers ------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("workers", "expected"), [(2, 10 * MB), (4, 15 * MB)])
+def test_comm_bytes_per_worker_ring(workers: int, expected: int) -> None:
+    data = dumbbell()
+    data["jobs"][0]["workers"] = workers
+    job = parse_scenario(data).jobs[0]
+    assert job.bytes_per_worker == 10 * MB
+    assert job.comm_bytes_per_worker() == expected  # 2(N-1)/N * G
+
+
+def test_comm_share_separates_compatible_from_incompatible() -> None:
+    good, bad = load_scenario("compatible-pair"), load_scenario("incompatible-pair")
+    assert good.comm_share("a", GOODPUT_1G) == pytest.approx(83.6 / 203.6, abs=1e-3)
+    assert good.comm_share(good.jobs[1], GOODPUT_1G) < 0.5
+    assert bad.comm_share("a", GOODPUT_1G) == pytest.approx(83.6 / 123.6, abs=1e-3)
+    assert bad.comm_share(bad.jobs[1], GOODPUT_1G) > 0.5
+    with pytest.raises(SpecError):
+        good.comm_share("a", 0)
+    with pytest.raises(SpecError):
+        good.comm_share("z", GOODPUT_1G)
+
+
+def test_with_schemes() -> None:
+    s = load_scenario("compatible-pair")
+    only = s.with_schemes(["mltcp-reno", "cubic"])
+    assert [x.name for x in only.schemes] == ["cubic", "mltcp-reno"]  # scenario order
+    assert only.jobs == s.jobs and only.topology == s.topology
+    assert [x.name for x in s.with_schemes("reno").schemes] == ["reno"]
+    assert len(s.schemes) == 4  # the original is unchanged
+    with pytest.raises(SpecError) as caught:
+        s.with_schemes(["cubic", "bbr"])
+    assert caught.value.field == "schemes" and "mltcp-cubic" in caught.value.fix
+    with pytest.raises(SpecError):
+        s.with_schemes([])
+
+
+def test_scheme_aggressiveness_and_module() -> None:
+    data = dumbbell()
+    data["schemes"][2] |= {"slope": 2.0, "intercept": 0.5, "cap": 2.0}
+    s = parse_scenario(data)
+    standard, mltcp = s.scheme("cubic"), s.scheme("mltcp-cubic")
+    assert standard.aggressiveness == Aggressiveness(0.0, 1.0)
+    assert standard.aggressiveness(1.0) == 1.0
+    assert mltcp.aggressiveness == Aggressiveness(2.0, 0.5, 2.0)
+    assert (standard.module_name, mltcp.module_name) == ("cubic", "mltcp_cubic")
+    assert parse_scenario(s.to_dict()) == s
+
+
+def test_scenario_is_frozen() -> None:
+    s: Scenario = load_scenario("compatible-pair")
+    with pytest.raises(AttributeError):
+        s.name = "other"  # type: ignore[misc]

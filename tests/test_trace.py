@@ -1,0 +1,152 @@
+"""The shared trace format: validation, JSON round trip, schema check, provenance."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mltcp import trace as tr
+from mltcp.errors import SpecError
+from mltcp.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace
+
+
+def sample_trace() -> Trace:
+    a = JobTrace("a", ("bottleneck",), (
+        IterationRecord(0, 0.0, 0.2, 0.5, 0.6, 1_000_000),
+        IterationRecord(1, 0.6, 0.8, 1.1, 1.25, 1_000_000),
+    ))
+    b = JobTrace("b", ("bottleneck", "leaf1"), (
+        IterationRecord(0, 0.0, 0.1, 0.35, 0.5, 2_000),
+    ))
+    link = LinkTrace("bottleneck", 1e9, (
+        LinkSample(0.0, 0.0, 0, 0, 0),
+        LinkSample(0.1, 9.5e8, 30_000, 4, 1),
+    ))
+    return Trace("two_jobs", "mltcp_cubic", "netns", 7, (a, b), (link,),
+                 provenance={"git_sha": "abc", "kernel": "6.1"},
+                 params={"slope": 1.0, "intercept": 1.0})
+
+
+def test_json_round_trip(tmp_path: Path) -> None:
+    t = sample_trace()
+    path = t.save(tmp_path / "sub" / "trace.json")
+    data = json.loads(path.read_text())
+    assert data["schema"] == "mltcp.trace/1"
+    back = tr.load_trace(path)
+    assert back == t
+    assert back.job("b").links == ("bottleneck", "leaf1")
+    assert isinstance(back.jobs[0].iterations, tuple)
+    assert Trace.from_dict(t.to_dict()) == t
+
+
+def test_helpers() -> None:
+    a = sample_trace().job("a")
+    assert a.comm_intervals() == [(0.2, 0.5), (0.8, 1.1)]
+    np.testing.assert_allclose(a.iteration_times(), [0.6, 0.65])
+    with pytest.raises(SpecError) as err:
+        sample_trace().job("c")
+    assert err.value.field == "job" and "a, b" in str(err.value)
+
+
+def test_schema_mismatch_is_an_error() -> None:
+    data = sample_trace().to_dict()
+    data["schema"] = "mltcp.trace/2"
+    with pytest.raises(SpecError) as err:
+        Trace.from_dict(data)
+    assert err.value.field == "schema"
+    assert "mltcp.trace/2" in str(err.value) and "mltcp.trace/1" in str(err.value)
+    del data["schema"]
+    with pytest.raises(SpecError, match="^schema: "):
+        Trace.from_dict(data)
+
+
+def test_load_rejects_non_json(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text("{not json")
+    with pytest.raises(SpecError, match="^trace: "):
+        tr.load_trace(path)
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    ((0, 1.0, 0.5, 1.5, 2.0, 10), "comm_start"),     # comm_start before start
+    ((0, 0.0, 1.0, 0.5, 2.0, 10), "comm_end"),       # comm_end before comm_start
+    ((0, 0.0, 0.5, 1.5, 1.0, 10), "end"),            # end before comm_end
+    ((0, 0.0, 0.5, 1.0, 2.0, -1), "bytes"),
+    ((-1, 0.0, 0.5, 1.0, 2.0, 1), "index"),
+    ((0, float("nan"), 0.5, 1.0, 2.0, 1), "start"),
+])
+def test_iteration_record_validation_names_field(args: tuple, field: str) -> None:
+    with pytest.raises(SpecError) as err:
+        IterationRecord(*args)
+    assert err.value.field == field
+    assert str(err.value).startswith(f"{field}: ")
+
+
+def test_equal_boundaries_are_valid() -> None:
+    r = IterationRecord(3, 1.0, 1.0, 1.0, 1.0, 0)     # zero-length everything is allowed
+    assert r.duration == 0.0 and r.comm_duration == 0.0
+
+
+def test_nested_errors_name_the_json_path() -> None:
+    data = sample_trace().to_dict()
+    data["jobs"][0]["iterations"][1]["comm_start"] = 0.5   # before that iteration's start 0.6
+    with pytest.raises(SpecError) as err:
+        Trace.from_dict(data)
+    assert err.value.field == "jobs[0].iterations[1].comm_start"
+
+    data = sample_trace().to_dict()
+    data["jobs"][1]["iterations"][0]["comm_begin"] = 0.1     # a typo must not pass
+    with pytest.raises(SpecError) as err:
+        Trace.from_dict(data)
+    assert err.value.field == "jobs[1].iterations[0].comm_begin"
+
+    data = sample_trace().to_dict()
+    del data["links"][0]["samples"][1]["drops"]
+    with pytest.raises(SpecError) as err:
+        Trace.from_dict(data)
+    assert err.value.field == "links[0].samples[1].drops"
+    assert "missing" in str(err.value)
+
+
+def test_job_and_link_validation() -> None:
+    rec = IterationRecord(0, 0.0, 0.1, 0.2, 0.3, 1)
+    with pytest.raises(SpecError, match="^links: empty"):
+        JobTrace("a", (), (rec,))
+    with pytest.raises(SpecError, match=r"^iterations\[1\]\.index"):
+        JobTrace("a", ("l",), (rec, rec))
+    with pytest.raises(SpecError, match=r"^samples\[1\]\.ecn_marks: cumulative"):
+        LinkTrace("l", 1e9, (LinkSample(0.0, 1.0, 0, 5, 0), LinkSample(0.1, 1.0, 0, 4, 0)))
+    with pytest.raises(SpecError, match="^capacity_bps"):
+        LinkTrace("l", 0, ())
+    job = JobTrace("a", ["l"], [rec])                     # lists are accepted, stored as tuples
+    assert job.links == ("l",) and job.iterations == (rec,)
+    with pytest.raises(SpecError, match=r"^jobs\[1\]\.name"):
+        Trace("s", "x", "fluid", 0, (job, job))
+    with pytest.raises(SpecError, match="^jobs: empty"):
+        Trace("s", "x", "fluid", 0, ())
+    with pytest.raises(SpecError, match="^params: not JSON"):
+        Trace("s", "x", "fluid", 0, (job,), params={"f": object()})
+
+
+def test_provenance_keys() -> None:
+    p = tr.provenance({"ns3": "3.40", "hostname": "remote"})
+    for key in ("git_sha", "git_dirty", "kernel", "hostname", "python", "mltcp", "numpy",
+                "time_utc"):
+        assert key in p, key
+    assert isinstance(p["git_dirty"], bool)
+    assert p["ns3"] == "3.40" and p["hostname"] == "remote"    # extra wins
+    assert re.fullmatch(r"[0-9a-f]{40}|unknown", p["git_sha"])
+    assert p["time_utc"].endswith("+00:00")
+    repo = Path(tr.__file__).resolve().parent.parent
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=False)
+    top = subprocess.run(["git", "-C", str(repo), "rev-parse", "--show-toplevel"],
+                         capture_output=True, text=True, check=False)
+    if head.returncode == 0 and Path(top.stdout.strip()).resolve() == repo:
+        assert p["git_sha"] == head.stdout.strip()
+    json.dumps(p, allow_nan=False)
