@@ -13,9 +13,17 @@
  */
 #include "mltcp.h"
 
+/* ifindex is only unique within a namespace: both ends of a veth pair in two
+ * namespaces often share one, so the namespace's cookie is part of the key. */
+struct mltcp_marker_key {
+	__u32 ifindex;
+	__u32 _pad;
+	__u64 netns_cookie;
+};
+
 struct mltcp_marker {
-	__u32 netns_ino;      /* namespace of the watched device (ifindex is per namespace) */
 	__u32 k_bytes;        /* marking threshold */
+	__u32 _pad;
 	__u64 backlog;        /* root qdisc backlog after the last enqueue/dequeue */
 	__u64 max_backlog;
 	__u64 packets;        /* packets seen by the marker */
@@ -27,7 +35,7 @@ struct mltcp_marker {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 64);
-	__type(key, __u32);   /* ifindex of the watched device */
+	__type(key, struct mltcp_marker_key);
 	__type(value, struct mltcp_marker);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } mltcp_markers SEC(".maps");
@@ -35,15 +43,16 @@ struct {
 static __always_inline void record_backlog(struct Qdisc *q, const struct netdev_queue *txq)
 {
 	struct net_device *dev = txq->dev;
+	struct mltcp_marker_key key = {};
 	struct mltcp_marker *m;
-	__u32 ifindex;
 	__u64 backlog;
 
 	if (!dev)
 		return;
-	ifindex = dev->ifindex;
-	m = bpf_map_lookup_elem(&mltcp_markers, &ifindex);
-	if (!m || m->netns_ino != dev->nd_net.net->ns.inum)
+	key.ifindex = dev->ifindex;
+	key.netns_cookie = dev->nd_net.net->net_cookie;
+	m = bpf_map_lookup_elem(&mltcp_markers, &key);
+	if (!m)
 		return;
 	/* Only the root qdisc's backlog is the device's queue. */
 	if (q->parent != 0xffffffff)
@@ -70,14 +79,24 @@ int BPF_PROG(mltcp_qdisc_dequeue, struct Qdisc *q, const struct netdev_queue *tx
 	return 0;
 }
 
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
+
 SEC("tc")
 int mltcp_ecn_mark(struct __sk_buff *skb)
 {
-	__u32 ifindex = skb->ifindex;
+	struct mltcp_marker_key key = {};
+	struct sk_buff *kskb;
 	struct mltcp_marker *m;
 	__u64 backlog;
 
-	m = bpf_map_lookup_elem(&mltcp_markers, &ifindex);
+	/* bpf_get_netns_cookie() would give the socket's (or init's) namespace: forwarded
+	 * packets have no socket.  The device's namespace is what identifies the queue. */
+	kskb = bpf_cast_to_kern_ctx(skb);
+	if (!kskb->dev)
+		return 0; /* TC_ACT_OK */
+	key.ifindex = kskb->dev->ifindex;
+	key.netns_cookie = kskb->dev->nd_net.net->net_cookie;
+	m = bpf_map_lookup_elem(&mltcp_markers, &key);
 	if (!m)
 		return 0; /* TC_ACT_OK */
 	backlog = m->backlog;

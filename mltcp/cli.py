@@ -85,6 +85,19 @@ def build_parser() -> argparse.ArgumentParser:
     ag.add_argument("--metrics-port", type=int, help="serve /metrics on this TCP port")
     ag.add_argument("--metrics-addr", default="127.0.0.1")
 
+    rn = sub.add_parser("run", help="run a scenario's schemes on a backend; write traces")
+    rn.add_argument("scenario", help="an example name (see --list) or a TOML file")
+    rn.add_argument("--backend", default="netns", choices=["netns"],
+                    help="netns: real kernel TCP in network namespaces")
+    rn.add_argument("--out", required=True, help="output directory")
+    rn.add_argument("--scheme", action="append", help="only these schemes (repeatable)")
+    rn.add_argument("--seed", action="append", type=int, help="only these seeds (repeatable)")
+    rn.add_argument("--dedicated", action="store_true",
+                    help="also run each job alone (the dedicated-link baseline)")
+    tb = sub.add_parser("testbed", help="emulated testbed housekeeping")
+    tb.add_argument("action", choices=["clean"],
+                    help="clean: remove namespaces and jobs left by killed runs")
+
     dm = sub.add_parser("demo", help="two training jobs on a real-kernel bottleneck")
     dm.add_argument("--cc", default="cubic", help="reno, cubic or dctcp")
     dm.add_argument("--iterations", type=int, default=12)
@@ -231,6 +244,18 @@ def _run(args: argparse.Namespace) -> int:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
         Agent(interval_s=args.interval, metrics_port=args.metrics_port,
               metrics_addr=args.metrics_addr).run()
+        return 0
+    if args.cmd == "run":
+        from mltcp.runner import run_scenario
+
+        run_scenario(args.scenario, out_dir=args.out, schemes=args.scheme, seeds=args.seed,
+                     dedicated=args.dedicated)
+        return 0
+    if args.cmd == "testbed":
+        from mltcp import testbed
+
+        removed = testbed.clean()
+        print("removed " + (", ".join(removed) or "nothing"))
         return 0
     if args.cmd == "demo":
         from mltcp.demo import run_demo

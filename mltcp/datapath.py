@@ -390,20 +390,22 @@ def _ensure_marker_progs() -> None:
         obj.close()
 
 
-def attach_marker(dev: str, k_bytes: int, netns: str | None = None) -> int:
+def _marker_key(dev: str, netns: str | None) -> maps.MarkerKey:
+    from mltcp.netns import netns_cookie
+
+    path = str(_netns_path(netns)) if netns else None
+    return maps.MarkerKey(ifindex=_ifindex(netns, dev), netns_cookie=netns_cookie(path))
+
+
+def attach_marker(dev: str, k_bytes: int, netns: str | None = None) -> maps.MarkerKey:
     """Mark CE on ECT packets leaving `dev` while its root qdisc holds more than k_bytes."""
     if not 1500 <= k_bytes <= 1 << 30:
         raise SpecError("k_bytes", f"{k_bytes} out of range", "use 1500 B .. 1 GiB, e.g. 65000")
     require_bpf()
-    ifindex = _ifindex(netns, dev)
-    key = ctypes.c_uint32(ifindex)
+    key = _marker_key(dev, netns)
     _ensure_marker_progs()
     with maps.PinnedMap("mltcp_markers") as mm:
-        existing = mm.get(key, maps.Marker)
-        ns_ino = _netns_path(netns).stat().st_ino
-        if existing is not None and existing.netns_ino != ns_ino:
-            raise MltcpError(f"ifindex {ifindex} is already watched in another namespace")
-        mm.put(key, maps.Marker(netns_ino=ns_ino, k_bytes=k_bytes))
+        mm.put(key, maps.Marker(k_bytes=k_bytes))
         try:
             _in_netns(netns, ["tc", "qdisc", "add", "dev", dev, "clsact"])  # may already exist
             proc = _in_netns(netns, ["tc", "filter", "replace", "dev", dev, "egress", "pref", "1",
@@ -417,20 +419,32 @@ def attach_marker(dev: str, k_bytes: int, netns: str | None = None) -> int:
             _in_netns(netns, ["tc", "qdisc", "del", "dev", dev, "clsact"])
             remove_unused_pins()
             raise
-    return ifindex
+    return key
 
 
 def marker_stats(dev: str, netns: str | None = None) -> maps.Marker | None:
     with maps.PinnedMap("mltcp_markers") as mm:
-        return mm.get(ctypes.c_uint32(_ifindex(netns, dev)), maps.Marker)
+        return mm.get(_marker_key(dev, netns), maps.Marker)
+
+
+def reset_marker(dev: str, k_bytes: int, netns: str | None = None) -> None:
+    """Zero a marker's counters and set a new threshold."""
+    with maps.PinnedMap("mltcp_markers") as mm:
+        mm.put(_marker_key(dev, netns), maps.Marker(k_bytes=k_bytes), 2)  # BPF_EXIST
 
 
 def detach_marker(dev: str, netns: str | None = None) -> None:
+    key = _marker_key(dev, netns)
     _in_netns(netns, ["tc", "qdisc", "del", "dev", dev, "clsact"])
-    pin = maps.pin_path("mltcp_markers")
-    if pin.exists():
+    forget_markers([key])
+
+
+def forget_markers(keys: list[maps.MarkerKey]) -> None:
+    """Drop markers whose device is gone (its namespace was deleted with its tc filter)."""
+    if maps.pin_path("mltcp_markers").exists():
         with maps.PinnedMap("mltcp_markers") as mm:
-            mm.delete(ctypes.c_uint32(_ifindex(netns, dev)))
+            for key in keys:
+                mm.delete(key)
     remove_unused_pins()
 
 
@@ -441,7 +455,7 @@ def _markers_in_use() -> bool:
     if not pin.exists():
         return False
     with maps.PinnedMap("mltcp_markers") as mm:
-        return bool(mm.keys(ctypes.c_uint32))
+        return bool(mm.keys(maps.MarkerKey))
 
 
 def remove_unused_pins(keep_maps: bool = False) -> None:
@@ -477,7 +491,7 @@ def unload_all() -> list[str]:
     removed = [cc_name(m) for m in MODULES if _unregister(m)]
     if (maps.PIN_ROOT / MARKER_DIR).exists() and maps.pin_path("mltcp_markers").exists():
         with maps.PinnedMap("mltcp_markers") as mm:
-            for key in mm.keys(ctypes.c_uint32):
+            for key in mm.keys(maps.MarkerKey):
                 mm.delete(key)
     detach_links("")
     if maps.PIN_ROOT.exists():

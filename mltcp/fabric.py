@@ -66,6 +66,7 @@ class Port:
     dev: str
     addr: str
     peer_addr: str
+    peer_node: str
 
 
 @dataclass
@@ -150,8 +151,8 @@ class Fabric:
             a_dev, b_dev = f"l{k}-{link.b}"[:15], f"l{k}-{link.a}"[:15]
             _cmd(["ip", "link", "add", "name", a_dev, "netns", self.ns(link.a), "type", "veth",
                   "peer", "name", b_dev, "netns", self.ns(link.b)])
-            a_port = Port(link.a, a_dev, f"{net}.1", f"{net}.2")
-            b_port = Port(link.b, b_dev, f"{net}.2", f"{net}.1")
+            a_port = Port(link.a, a_dev, f"{net}.1", f"{net}.2", link.b)
+            b_port = Port(link.b, b_dev, f"{net}.2", f"{net}.1", link.a)
             self.ports[link.id] = (a_port, b_port)
             for port in (a_port, b_port):
                 cmds[port.node] += [f"addr add {port.addr}/24 dev {port.dev}",

@@ -18,32 +18,18 @@ step-level dependencies inside one iteration are not modelled.
 
 from __future__ import annotations
 
-import ctypes
 import json
-import os
 import socket
 import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 
+from mltcp.netns import enter_netns
 from mltcp.traffic import drain, read_tcp_info, set_congestion, split_evenly
 
-CLONE_NEWNET = 0x40000000
 ACK_POLL_S = 0.0005
 CHUNK = 1 << 20
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def enter_netns(ns_path: str) -> None:
-    """Move the calling thread into a network namespace (only this thread)."""
-    fd = os.open(ns_path, os.O_RDONLY)
-    try:
-        if _libc.setns(fd, CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"setns({ns_path}): {os.strerror(err)}")
-    finally:
-        os.close(fd)
 
 
 @dataclass

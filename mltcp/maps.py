@@ -107,10 +107,15 @@ class RuleKey(ctypes.Structure):
     ]
 
 
+class MarkerKey(ctypes.Structure):
+    _fields_ = [("ifindex", ctypes.c_uint32), ("_pad", ctypes.c_uint32),
+                ("netns_cookie", ctypes.c_uint64)]
+
+
 class Marker(ctypes.Structure):
     _fields_ = [
-        ("netns_ino", ctypes.c_uint32),
         ("k_bytes", ctypes.c_uint32),
+        ("_pad", ctypes.c_uint32),
         ("backlog", ctypes.c_uint64),
         ("max_backlog", ctypes.c_uint64),
         ("packets", ctypes.c_uint64),

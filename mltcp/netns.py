@@ -185,6 +185,48 @@ def _sysctl(ns: str, settings: dict[str, str]) -> None:
     _cmd(nsenter_argv(ns, ["sysctl", "-q", "-w", *(f"{k}={v}" for k, v in settings.items())]))
 
 
+CLONE_NEWNET = 0x40000000
+SO_NETNS_COOKIE = 71
+
+
+def enter_netns(ns_path: str) -> None:
+    """Move the calling *thread* into a network namespace (other threads stay put)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(ns_path, os.O_RDONLY)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns({ns_path}): {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
+def netns_cookie(ns_path: str | None) -> int:
+    """The kernel's cookie of a network namespace (what BPF's get_netns_cookie returns)."""
+    import socket
+
+    result: list[int | BaseException] = []
+
+    def probe() -> None:
+        try:
+            if ns_path:
+                enter_netns(ns_path)
+            with socket.socket() as s:
+                raw = s.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8)
+            result.append(int.from_bytes(raw, "little"))
+        except BaseException as exc:
+            result.append(exc)
+
+    t = threading.Thread(target=probe)
+    t.start()
+    t.join()
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0]
+
+
 def list_netns() -> list[str]:
     """Names of all named network namespaces (entries of /run/netns)."""
     try:

@@ -218,9 +218,7 @@ def _dctcp_run(lab, k: int) -> tuple[maps.Marker, int, int]:
     TCP, which blows up the window and the queue for a few milliseconds; native reno
     does not (docs/known-issues.md).  One flow keeps those episodes rare."""
     dev, ns = lab.bottleneck_dev, lab.router_ns
-    with maps.PinnedMap("mltcp_markers") as mm:  # fresh counters for this K
-        ino = mm.get(ctypes.c_uint32(datapath._ifindex(ns, dev)), maps.Marker).netns_ino
-        mm.put(ctypes.c_uint32(datapath._ifindex(ns, dev)), maps.Marker(netns_ino=ino, k_bytes=k))
+    datapath.reset_marker(dev, k, netns=ns)  # fresh counters for this K
     rec = jobs.attach(jobs.JobSpec(name=f"dc{k}", cc="dctcp", budget=10**9, slope=0.0,
                                    intercept=1.0, rules=(maps.Rule(port=DCTCP_PORT),)))
     try:

@@ -1,0 +1,117 @@
+"""The netns backend end to end: one short real run per scheme, cleanup, `mltcp run`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mltcp import datapath, jobs, maps, metrics, testbed
+from mltcp.errors import MltcpError
+from mltcp.netns import list_netns
+from mltcp.scenario import load_scenario
+
+pytestmark = pytest.mark.kernel
+
+
+def short(name: str, iterations: int = 3):
+    sc = load_scenario(name)
+    return dataclasses.replace(sc, jobs=tuple(dataclasses.replace(j, iterations=iterations)
+                                              for j in sc.jobs))
+
+
+def _no_leftovers() -> None:
+    assert not [ns for ns in list_netns() if ns.startswith("mltcp-")]
+    assert not [n for n in jobs.Registry().read() if n.startswith(testbed.JOB_PREFIX)]
+
+
+@pytest.mark.parametrize("scenario,scheme", [
+    ("compatible-pair", "cubic"), ("compatible-pair", "mltcp-cubic"),
+    ("compatible-pair", "mltcp-reno"), ("dctcp-pair", "dctcp"), ("dctcp-pair", "mltcp-dctcp"),
+])
+def test_one_short_run_per_scheme(clean_datapath, scenario, scheme):
+    sc = short(scenario)
+    trace = testbed.run_once(sc, sc.scheme(scheme), seed=1)
+    assert (trace.scenario, trace.scheme, trace.backend, trace.seed) == (scenario, scheme,
+                                                                         "netns", 1)
+    assert [j.name for j in trace.jobs] == ["a", "b"]
+    for job in trace.jobs:
+        assert [it.index for it in job.iterations] == [0, 1, 2]
+        assert all(it.bytes == 2 * 10_000_000 for it in job.iterations)
+        # Each ring crosses the bottleneck in both directions.
+        assert set(job.links) == {"bottleneck:swL->swR", "bottleneck:swR->swL"}
+    for link in trace.links:
+        assert link.capacity_bps == 1e9 and len(link.samples) >= 5
+    summary = metrics.summarize(trace)
+    util = summary["overall"]["utilisation"]
+    assert all(0.2 < u < 1.05 for u in util.values()), util
+    if "dctcp" in scheme:
+        assert sum(summary["overall"]["ecn_marks"].values()) > 0
+    assert trace.provenance["kernel"] and trace.params["name"] == scheme
+    _no_leftovers()
+    assert datapath.settle() == []   # the run loaded its module, so it unloaded it
+
+
+def test_a_failing_run_leaves_nothing_behind(clean_datapath, monkeypatch):
+    monkeypatch.setattr(testbed, "_module", lambda scheme: ("reno", "no-such-cc"))
+    sc = short("compatible-pair", 2)
+    with pytest.raises(MltcpError, match="no-such-cc"):
+        testbed.run_once(sc, sc.scheme("mltcp-reno"), seed=0)
+    _no_leftovers()
+    assert datapath.settle() == []
+
+
+def test_testbed_clean_removes_what_a_killed_run_left(clean_datapath):
+    datapath.load(["reno"])
+    subprocess.run(["ip", "netns", "add", "mltcp-killed-h1"], check=True)
+    jobs.attach(jobs.JobSpec(name=f"{testbed.JOB_PREFIX}x-w0", cc="reno", budget=1000,
+                             rules=(maps.Rule(port=9999),)))
+    proc = subprocess.run([sys.executable, "-m", "mltcp.cli", "testbed", "clean"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "namespace mltcp-killed-h1" in proc.stdout and "job tb-x-w0" in proc.stdout
+    _no_leftovers()
+
+
+def test_mltcp_run_writes_traces_and_summary(clean_datapath, tmp_path):
+    scenario = tmp_path / "tiny.toml"
+    scenario.write_text("""
+name = "tiny"
+seeds = [0, 1]
+[topology]
+kind = "dumbbell"
+bottleneck_mbit = 500
+queue_packets = 100
+hosts = 4
+[[jobs]]
+name = "a"
+compute_ms = 40
+bytes_per_iteration = "2MB"
+workers = 2
+iterations = 2
+[[jobs]]
+name = "b"
+compute_ms = 40
+bytes_per_iteration = "2MB"
+workers = 2
+iterations = 2
+[[schemes]]
+name = "mltcp-reno"
+cc = "reno"
+mltcp = true
+""")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "mltcp.cli", "run", str(scenario), "--out",
+                           str(out), "--seed", "0", "--dedicated"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    names = sorted(p.name for p in (out / "traces").iterdir())
+    assert names == ["dedicated-a-seed0.json", "dedicated-b-seed0.json",
+                     "mltcp-reno-seed0.json"]
+    doc = json.loads((out / "summary.json").read_text())
+    assert set(doc["dedicated_means"]) == {"a", "b"}
+    run = doc["runs"]["mltcp-reno/seed0"]
+    assert run["jobs"]["a"]["ratio_to_dedicated"] > 0.5
+    _no_leftovers()
