@@ -94,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--seed", action="append", type=int, help="only these seeds (repeatable)")
     rn.add_argument("--dedicated", action="store_true",
                     help="also run each job alone (the dedicated-link baseline)")
+    cp = sub.add_parser("compare", help="every scheme of a scenario plus the dedicated "
+                                        "baseline, side by side (report + table)")
+    cp.add_argument("scenario", help="an example name or a TOML file")
+    cp.add_argument("--backend", default="netns", choices=["netns"])
+    cp.add_argument("--out", required=True, help="output directory")
+    cp.add_argument("--seed", action="append", type=int, help="only these seeds (repeatable)")
     tb = sub.add_parser("testbed", help="emulated testbed housekeeping")
     tb.add_argument("action", choices=["clean"],
                     help="clean: remove namespaces and jobs left by killed runs")
@@ -250,6 +256,13 @@ def _run(args: argparse.Namespace) -> int:
 
         run_scenario(args.scenario, out_dir=args.out, schemes=args.scheme, seeds=args.seed,
                      dedicated=args.dedicated)
+        return 0
+    if args.cmd == "compare":
+        from mltcp.report import table
+        from mltcp.runner import run_scenario
+
+        print(table(run_scenario(args.scenario, out_dir=args.out, seeds=args.seed,
+                                 dedicated=True)))
         return 0
     if args.cmd == "testbed":
         from mltcp import testbed

@@ -249,12 +249,6 @@ def _attach_workers(job: ScenarioJob, scheme: Scheme, fab: Fabric, hosts: tuple[
     return names
 
 
-def run_dedicated(scenario: Scenario, seed: int, progress: Progress | None = None) -> list[Trace]:
-    """Each job alone on the same fabric (standard cubic): the dedicated-link baseline."""
-    return [run_once(scenario, DEDICATED, seed, only_job=job.name, progress=progress)
-            for job in scenario.jobs]
-
-
 def clean() -> list[str]:
     """Remove leftovers of killed runs: namespaces, testbed jobs (and their rules)."""
     from mltcp.netns import cleanup_leftovers

@@ -110,8 +110,13 @@ mltcp = true
     names = sorted(p.name for p in (out / "traces").iterdir())
     assert names == ["dedicated-a-seed0.json", "dedicated-b-seed0.json",
                      "mltcp-reno-seed0.json"]
-    doc = json.loads((out / "summary.json").read_text())
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["schema"] == "mltcp.report/1" and doc["scenario"] == "tiny"
     assert set(doc["dedicated_means"]) == {"a", "b"}
-    run = doc["runs"]["mltcp-reno/seed0"]
-    assert run["jobs"]["a"]["ratio_to_dedicated"] > 0.5
+    assert doc["runs"]["mltcp-reno/seed0"]["jobs"]["a"]["ratio_to_dedicated"] > 0.5
+    assert doc["schemes"]["mltcp-reno"]["speedup"] is None  # no standard scheme to compare
+    assert doc["provenance"]["kernel"]
+    for name in ("summary.md", "timeline.png", "overlap.png", "cdf.png"):
+        assert (out / name).stat().st_size > 0
+    assert "| mltcp-reno |" in (out / "summary.md").read_text()
     _no_leftovers()

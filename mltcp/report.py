@@ -1,0 +1,212 @@
+"""Turn a run directory (traces/ written by mltcp.runner) into the comparable report.
+
+Writes, next to the traces:
+    report.json   stable schema "mltcp.report/1" (below), with provenance
+    summary.md    the side-by-side table
+    timeline.png  communication phases per job over time, one panel per scheme (first seed)
+    overlap.png   overlap vs iteration per scheme (mean over jobs and seeds)
+    cdf.png       iteration-time CDF per scheme (all jobs and seeds pooled)
+
+report.json:
+    schema, scenario (dict), provenance (of the first trace), settings {threshold, k},
+    dedicated_means {job: seconds} (null without a dedicated baseline),
+    schemes {name: {seeds, convergence {per_seed, converged_runs, median},
+                    ratio_to_dedicated {per_seed, mean}, iteration_time {mean, p50, p99},
+                    overlap_last {mean}, utilisation {mean}, drops, ecn_marks,
+                    speedup {baseline, mean, p99} | null}},
+    runs {"<scheme>/seed<N>": mltcp.metrics.summarize(...)}
+Speed-ups compare each MLTCP scheme with the standard scheme of the same congestion
+control (else the first standard scheme): baseline mean (or p99) iteration time over
+the scheme's, so > 1 means faster.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from mltcp import metrics
+from mltcp.trace import Trace, load_trace
+
+SCHEMA = "mltcp.report/1"
+LAST = 5  # "overlap_last": mean overlap over each job's last LAST iterations
+
+
+def _load(out: Path) -> tuple[list[Trace], list[Trace]]:
+    runs, dedicated = [], []
+    for path in sorted((out / "traces").glob("*.json")):
+        trace = load_trace(path)
+        (dedicated if trace.scheme == "dedicated" else runs).append(trace)
+    return runs, dedicated
+
+
+def _dedicated_means(traces: list[Trace]) -> dict[str, float]:
+    """Each job's dedicated mean iteration time, averaged over the seeds it was run with."""
+    per_seed: dict[int, list[Trace]] = {}
+    for t in traces:
+        per_seed.setdefault(t.seed, []).append(t)
+    means: dict[str, list[float]] = {}
+    for group in per_seed.values():
+        for job, mean in metrics.dedicated_means(group).items():
+            means.setdefault(job, []).append(mean)
+    return {job: statistics.fmean(values) for job, values in means.items()}
+
+
+def _pooled_times(traces: list[Trace]) -> np.ndarray:
+    parts = [job.iteration_times() for t in traces for job in t.jobs]
+    return np.concatenate(parts) if parts else np.array([])
+
+
+def _scheme_block(traces: list[Trace], summaries: list[dict]) -> dict:
+    conv = [s["overall"]["convergence_iteration"] for s in summaries]
+    converged = [c for c in conv if c is not None]
+    ratios = [s["overall"]["mean_ratio_to_dedicated"] for s in summaries]
+    times = _pooled_times(traces)
+    last = [np.mean(j["overlap"][-LAST:]) for s in summaries for j in s["jobs"].values()
+            if j["overlap"]]
+    util = [u for s in summaries for u in s["overall"]["utilisation"].values() if u is not None]
+    return {
+        "seeds": [t.seed for t in traces],
+        "convergence": {"per_seed": conv, "converged_runs": len(converged),
+                        "median": statistics.median(converged) if converged else None},
+        "ratio_to_dedicated": {"per_seed": ratios,
+                               "mean": (statistics.fmean(ratios)
+                                        if ratios and None not in ratios else None)},
+        "iteration_time": {"mean": float(times.mean()) if times.size else None,
+                           "p50": float(np.percentile(times, 50)) if times.size else None,
+                           "p99": float(np.percentile(times, 99)) if times.size else None},
+        "overlap_last": {"mean": float(np.mean(last)) if last else None},
+        "utilisation": {"mean": float(np.mean(util)) if util else None},
+        "drops": sum(sum(s["overall"]["drops"].values()) for s in summaries),
+        "ecn_marks": sum(sum(s["overall"]["ecn_marks"].values()) for s in summaries),
+    }
+
+
+def _baseline(name: str, params: dict[str, dict]) -> str | None:
+    mine = params[name]
+    if not mine.get("mltcp"):
+        return None
+    standard = [n for n, p in params.items() if not p.get("mltcp")]
+    same_cc = [n for n in standard if params[n].get("cc") == mine.get("cc")]
+    return (same_cc or standard or [None])[0]
+
+
+def build_report(out_dir: str | Path, threshold: float = metrics.DEFAULT_THRESHOLD,
+                 k: int = metrics.DEFAULT_K) -> dict:
+    out = Path(out_dir)
+    runs, dedicated = _load(out)
+    if not runs:
+        raise FileNotFoundError(f"no traces in {out / 'traces'}: run `mltcp run` first")
+    dedicated_means = _dedicated_means(dedicated) if dedicated else None
+    by_scheme: dict[str, list[Trace]] = {}
+    for t in runs:
+        by_scheme.setdefault(t.scheme, []).append(t)
+    summaries = {f"{t.scheme}/seed{t.seed}": metrics.summarize(t, dedicated_means, threshold, k)
+                 for t in runs}
+    params = {name: ts[0].params for name, ts in by_scheme.items()}
+    schemes = {name: _scheme_block(ts, [summaries[f"{name}/seed{t.seed}"] for t in ts])
+               for name, ts in by_scheme.items()}
+    for name, block in schemes.items():
+        base = _baseline(name, params)
+        block["speedup"] = None
+        if base and schemes[base]["iteration_time"]["mean"] and block["iteration_time"]["mean"]:
+            b, m = schemes[base]["iteration_time"], block["iteration_time"]
+            block["speedup"] = {"baseline": base, "mean": b["mean"] / m["mean"],
+                                "p99": b["p99"] / m["p99"]}
+    report = {
+        "schema": SCHEMA, "scenario": runs[0].scenario, "provenance": runs[0].provenance,
+        "settings": {"threshold": threshold, "k": k}, "dedicated_means": dedicated_means,
+        "schemes": schemes, "runs": summaries,
+    }
+    (out / "report.json").write_text(json.dumps(report, indent=2))
+    (out / "summary.md").write_text(markdown(report))
+    _plots(out, by_scheme, summaries)
+    return report
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def table(report: dict) -> str:
+    head = ("| scheme | converged | conv. iteration (median) | iteration / dedicated | "
+            "mean iteration | p99 iteration | overlap (last 5) | speed-up mean / p99 |")
+    lines = [head, "|" + "---|" * 8]
+    for name, s in report["schemes"].items():
+        sp = s["speedup"]
+        speed = f"{sp['mean']:.2f}x / {sp['p99']:.2f}x vs {sp['baseline']}" if sp else "-"
+        lines.append(
+            f"| {name} | {s['convergence']['converged_runs']}/{len(s['seeds'])} | "
+            f"{_fmt(s['convergence']['median'], 'g')} | "
+            f"{_fmt(s['ratio_to_dedicated']['mean'], '.2f')} | "
+            f"{_fmt(s['iteration_time']['mean'], '.3f')} s | "
+            f"{_fmt(s['iteration_time']['p99'], '.3f')} s | "
+            f"{_fmt(s['overlap_last']['mean'], '.0%')} | {speed} |")
+    return "\n".join(lines)
+
+
+def markdown(report: dict) -> str:
+    prov = report["provenance"]
+    ded = report["dedicated_means"]
+    ded_text = (", ".join(f"{j} {v:.3f} s" for j, v in ded.items()) if ded
+                else "not measured (run with --dedicated)")
+    return "\n".join([
+        f"# {report['scenario']}", "",
+        f"Converged = overlap below {report['settings']['threshold']:.0%} for "
+        f"{report['settings']['k']} consecutive iterations. Dedicated-link iteration "
+        f"times: {ded_text}.", "",
+        table(report), "",
+        f"git {prov.get('git_sha', '?')[:12]}{' (dirty)' if prov.get('git_dirty') else ''}, "
+        f"kernel {prov.get('kernel', '?')}, {prov.get('time_utc', '')}", "",
+        "![timeline](timeline.png) ![overlap](overlap.png) ![cdf](cdf.png)", ""])
+
+
+def _plots(out: Path, by_scheme: dict[str, list[Trace]], summaries: dict[str, dict]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(by_scheme)
+    fig, axes = plt.subplots(len(names), 1, figsize=(10, 1.2 + 1.1 * len(names)),
+                             squeeze=False, sharex=True)
+    for ax, name in zip(axes[:, 0], names, strict=True):
+        trace = sorted(by_scheme[name], key=lambda t: t.seed)[0]
+        for row, job in enumerate(trace.jobs):
+            spans = [(s, e - s) for s, e in job.comm_intervals()]
+            ax.broken_barh(spans, (row - 0.4, 0.8), color=f"C{row}")
+        ax.set_yticks(range(len(trace.jobs)), [j.name for j in trace.jobs])
+        ax.set_title(f"{name} (seed {trace.seed}): communication phases", fontsize=9)
+    axes[-1, 0].set_xlabel("time (s)")
+    fig.tight_layout()
+    fig.savefig(out / "timeline.png", dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for name in names:
+        curves = [j["overlap"] for key, s in summaries.items() if key.startswith(f"{name}/")
+                  for j in s["jobs"].values()]
+        n = min(len(c) for c in curves)
+        ax.plot(range(n), np.mean([c[:n] for c in curves], axis=0), label=name)
+    ax.axhline(metrics.DEFAULT_THRESHOLD, color="k", lw=0.7, ls="--")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("overlap (mean over jobs, seeds)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "overlap.png", dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for name in names:
+        times = np.sort(_pooled_times(by_scheme[name]))
+        if times.size:
+            ax.plot(times, np.arange(1, times.size + 1) / times.size, label=name)
+    ax.set_xlabel("iteration time (s)")
+    ax.set_ylabel("CDF")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "cdf.png", dpi=110)
+    plt.close(fig)

@@ -1,0 +1,73 @@
+"""The report on hand-made traces: aggregation per scheme, speed-ups, table, plots."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mltcp.report import build_report, table
+from mltcp.trace import IterationRecord, JobTrace, Trace
+
+
+def _job(name: str, period: float, comm: float, offset: float, n: int = 10) -> JobTrace:
+    its = []
+    for i in range(n):
+        start = offset + i * period
+        comm_start = start + period - comm
+        its.append(IterationRecord(i, start, comm_start, start + period, start + period, 1000))
+    return JobTrace(name, ("bottleneck",), tuple(its))
+
+
+def _trace(scheme: str, seed: int, jobs: tuple[JobTrace, ...], mltcp: bool) -> Trace:
+    return Trace(scenario="toy", scheme=scheme, backend="test", seed=seed, jobs=jobs,
+                 params={"name": scheme, "cc": "cubic", "mltcp": mltcp})
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for seed in (0, 1):
+        # Standard: both jobs communicate at the same time, iterations take 0.3 s.
+        _trace("cubic", seed, (_job("a", 0.3, 0.2, 0), _job("b", 0.3, 0.2, 0)), False).save(
+            traces / f"cubic-seed{seed}.json")
+        # MLTCP: interleaved (b's communication sits in a's compute), 0.2 s iterations.
+        _trace("mltcp-cubic", seed, (_job("a", 0.2, 0.1, 0), _job("b", 0.2, 0.1, 0.1)),
+               True).save(traces / f"mltcp-cubic-seed{seed}.json")
+        for name in ("a", "b"):
+            ded = _trace("dedicated", seed, (_job(name, 0.2, 0.1, 0),), False)
+            ded.save(traces / f"dedicated-{name}-seed{seed}.json")
+    return tmp_path
+
+
+def test_report_aggregates_schemes_and_compares_with_the_standard(run_dir):
+    report = build_report(run_dir)
+    assert report["dedicated_means"] == {"a": pytest.approx(0.2), "b": pytest.approx(0.2)}
+    std, ml = report["schemes"]["cubic"], report["schemes"]["mltcp-cubic"]
+    assert std["convergence"] == {"per_seed": [None, None], "converged_runs": 0,
+                                  "median": None}
+    assert ml["convergence"]["converged_runs"] == 2 and ml["convergence"]["median"] == 0
+    assert std["ratio_to_dedicated"]["mean"] == pytest.approx(1.5)
+    assert ml["ratio_to_dedicated"]["mean"] == pytest.approx(1.0)
+    assert std["overlap_last"]["mean"] == pytest.approx(1.0)
+    assert ml["overlap_last"]["mean"] == pytest.approx(0.0)
+    assert std["speedup"] is None
+    assert ml["speedup"] == {"baseline": "cubic", "mean": pytest.approx(1.5),
+                             "p99": pytest.approx(1.5)}
+    assert json.loads((run_dir / "report.json").read_text())["schema"] == "mltcp.report/1"
+    for name in ("timeline.png", "overlap.png", "cdf.png", "summary.md"):
+        assert (run_dir / name).stat().st_size > 0
+
+
+def test_table_has_one_row_per_scheme(run_dir):
+    text = table(build_report(run_dir))
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "scheme" not in line]
+    assert [r.split("|")[1].strip() for r in rows] == ["cubic", "mltcp-cubic"]
+    assert "1.50x / 1.50x vs cubic" in rows[1] and "2/2" in rows[1]
+
+
+def test_report_without_traces_says_what_to_do(tmp_path):
+    (tmp_path / "traces").mkdir()
+    with pytest.raises(FileNotFoundError, match="run `mltcp run` first"):
+        build_report(tmp_path)
