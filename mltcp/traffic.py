@@ -38,6 +38,7 @@ from typing import Any
 
 from mltcp.budget import parse_bytes
 from mltcp.errors import MltcpError, SpecError
+from mltcp.trace import IterationRecord
 
 TCP_CONGESTION = getattr(socket, "TCP_CONGESTION", 13)
 TCP_INFO = getattr(socket, "TCP_INFO", 11)
@@ -242,16 +243,6 @@ class SendConfig:
         if not 0.1 <= self.sample_ms <= 60_000:
             raise SpecError("--sample-ms", f"{self.sample_ms} is out of range",
                             "use 0.1..60000")
-
-
-@dataclass
-class IterationRecord:
-    index: int
-    start: float
-    comm_start: float
-    comm_end: float
-    end: float
-    bytes: int
 
 
 @dataclass
