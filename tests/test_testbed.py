@@ -17,10 +17,13 @@ from mltcp.scenario import load_scenario
 pytestmark = pytest.mark.kernel
 
 
-def short(name: str, iterations: int = 3):
+def short(name: str, iterations: int = 3, bottleneck_mbit: float = 300):
+    """The scenario with few iterations on a 300 Mbit/s bottleneck: per-segment senders
+    cannot always fill 1 Gbit/s on 2 busy cores, and without a queue DCTCP sees no marks."""
     sc = load_scenario(name)
-    return dataclasses.replace(sc, jobs=tuple(dataclasses.replace(j, iterations=iterations)
-                                              for j in sc.jobs))
+    topo = dataclasses.replace(sc.topology, bottleneck_mbit=bottleneck_mbit)
+    return dataclasses.replace(sc, topology=topo, jobs=tuple(
+        dataclasses.replace(j, iterations=iterations) for j in sc.jobs))
 
 
 def _no_leftovers() -> None:
@@ -44,7 +47,7 @@ def test_one_short_run_per_scheme(clean_datapath, scenario, scheme):
         # Each ring crosses the bottleneck in both directions.
         assert set(job.links) == {"bottleneck:swL->swR", "bottleneck:swR->swL"}
     for link in trace.links:
-        assert link.capacity_bps == 1e9 and len(link.samples) >= 5
+        assert link.capacity_bps == 3e8 and len(link.samples) >= 5
     summary = metrics.summarize(trace)
     util = summary["overall"]["utilisation"]
     assert all(0.2 < u < 1.05 for u in util.values()), util
