@@ -79,7 +79,8 @@ class Fabric:
     """Build on construction, tear down on close() / context exit / SIGTERM / exit."""
 
     def __init__(self, hosts: list[str], switches: list[str], links: list[LinkSpec],
-                 prefix: str | None = None, gso_max_segs: int | None = 1) -> None:
+                 prefix: str | None = None, gso_max_segs: int | None = 1,
+                 rto_min_ms: float | None = None) -> None:
         require_netns()
         nodes = [*hosts, *switches]
         if len(set(nodes)) != len(nodes):
@@ -93,6 +94,7 @@ class Fabric:
             raise SpecError("links", f"{len(links)} links", "use at most 250 links")
         self.hosts, self.switches, self.links = list(hosts), list(switches), list(links)
         self.gso_max_segs = gso_max_segs
+        self.rto_min_ms = rto_min_ms
         self.tag = _run_tag(prefix)
         self.ports: dict[str, tuple[Port, Port]] = {}
         self._built = _Built()
@@ -201,11 +203,16 @@ class Fabric:
                     if nxt in dist and dist[nxt] == dist[node] - 1
                     and (nxt == host or nxt in self.switches)]
             addr = self.host_addr(host)
+            # Data centres lower the 200 ms minimum RTO; a per-route rto_min does that
+            # for the hosts' routes (switches do not terminate TCP).
+            rto = (f" rto_min {self.rto_min_ms:g}ms"
+                   if self.rto_min_ms and node in self.hosts else "")
             if len(hops) == 1:
-                lines.append(f"route add {addr}/32 via {hops[0].peer_addr} dev {hops[0].dev}")
+                lines.append(f"route add {addr}/32 via {hops[0].peer_addr} dev {hops[0].dev}"
+                             f"{rto}")
             else:
                 nh = " ".join(f"nexthop via {p.peer_addr} dev {p.dev}" for p in hops)
-                lines.append(f"route add {addr}/32 {nh}")
+                lines.append(f"route add {addr}/32{rto} {nh}")
         return lines
 
     @staticmethod

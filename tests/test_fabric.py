@@ -69,3 +69,17 @@ def test_bad_link_is_rejected_before_anything_is_built():
     with pytest.raises(Exception, match="unknown node 'nowhere'"):
         fabric.Fabric(["h1"], ["sw"], [fabric.LinkSpec("x", "h1", "nowhere")])
     assert set(list_netns()) == before
+
+
+def test_hosts_routes_carry_the_minimum_rto():
+    import subprocess
+
+    with fabric.dumbbell(2, 100, 50, rto_min_ms=5) as f:
+        routes = subprocess.run(["nsenter", f"--net=/run/netns/{f.ns('h1')}", "ip", "route"],
+                                capture_output=True, text=True, check=True).stdout
+        switch = subprocess.run(["nsenter", f"--net=/run/netns/{f.ns('swL')}", "ip", "route"],
+                                capture_output=True, text=True, check=True).stdout
+    route_to_h2 = next(line for line in routes.splitlines()
+                       if line.startswith(f"{f.host_addr('h2')} via"))
+    assert "rto_min" in route_to_h2 and "5ms" in route_to_h2
+    assert "rto_min" not in switch
