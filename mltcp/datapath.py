@@ -352,15 +352,13 @@ def _in_netns(netns: str | None, argv: list[str]) -> subprocess.CompletedProcess
 
 
 def _ifindex(netns: str | None, dev: str) -> int:
-    proc = _in_netns(netns, ["cat", f"/sys/class/net/{dev}/ifindex"])
+    # Ask over netlink inside the namespace: /sys/class/net would show the sysfs of the
+    # namespace that mounted it, not the one nsenter entered.
+    proc = _in_netns(netns, ["ip", "-o", "link", "show", "dev", dev])
     if proc.returncode != 0:
-        # /sys/class/net shows the caller's namespace: ask ip instead.
-        proc = _in_netns(netns, ["ip", "-o", "link", "show", "dev", dev])
-        if proc.returncode != 0:
-            raise SpecError("dev", f"no device {dev!r} in namespace {netns or 'init'}",
-                            "name an existing interface (ip link)")
-        return int(proc.stdout.split(":", 1)[0])
-    return int(proc.stdout.strip())
+        raise SpecError("dev", f"no device {dev!r} in namespace {netns or 'init'}",
+                        "name an existing interface (ip link)")
+    return int(proc.stdout.split(":", 1)[0])
 
 
 def _ensure_marker_progs() -> None:
