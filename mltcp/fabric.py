@@ -179,7 +179,8 @@ class Fabric:
                 out.append((a_port.node, b_port))
         return out
 
-    def _distances(self, target: str) -> dict[str, int]:
+    def distances(self, target: str) -> dict[str, int]:
+        """Hops from every node to `target` (hosts do not forward)."""
         dist = {target: 0}
         queue = deque([target])
         while queue:
@@ -196,7 +197,7 @@ class Fabric:
         for host in self.hosts:
             if host == node:
                 continue
-            dist = self._distances(host)
+            dist = self.distances(host)
             if node not in dist:
                 raise SpecError("links", f"{node} cannot reach {host}", "connect the fabric")
             hops = [port for nxt, port in self._neighbours(node)

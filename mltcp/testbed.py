@@ -68,8 +68,8 @@ def _module(scheme: Scheme) -> tuple[str | None, str]:
 
 def _directed_link_ids(fab: Fabric, src: str, dst: str) -> list[str]:
     """Shaped links (as 'id:from->to') on any shortest path from src to dst."""
-    dist_to_dst = fab._distances(dst)
-    dist_from_src = fab._distances(src)
+    dist_to_dst = fab.distances(dst)
+    dist_from_src = fab.distances(src)
     total = dist_to_dst[src]
     out = []
     for link in fab.links:
