@@ -192,21 +192,22 @@ def _plots(out: Path, by_scheme: dict[str, list[Trace]], summaries: dict[str, di
         n = min(len(c) for c in curves)
         ax.plot(range(n), np.mean([c[:n] for c in curves], axis=0), label=name)
     ax.axhline(metrics.DEFAULT_THRESHOLD, color="k", lw=0.7, ls="--")
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("overlap (mean over jobs, seeds)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "overlap.png", dpi=110)
-    plt.close(fig)
+    _finish(fig, ax, "iteration", "overlap (mean over jobs, seeds)", out / "overlap.png")
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for name in names:
         times = np.sort(_pooled_times(by_scheme[name]))
         if times.size:
             ax.plot(times, np.arange(1, times.size + 1) / times.size, label=name)
-    ax.set_xlabel("iteration time (s)")
-    ax.set_ylabel("CDF")
+    _finish(fig, ax, "iteration time (s)", "CDF", out / "cdf.png")
+
+
+def _finish(fig, ax, xlabel: str, ylabel: str, path: Path) -> None:  # type: ignore[no-untyped-def]
+    import matplotlib.pyplot as plt
+
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "cdf.png", dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
