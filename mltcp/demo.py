@@ -40,18 +40,6 @@ class IterationView:
     cwnds: list[int] = field(default_factory=list)
 
 
-def overlap_fraction(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    """Fraction of a's communication time during which b also communicates."""
-    total = sum(e - s for s, e in a)
-    if total <= 0:
-        return 0.0
-    shared = 0.0
-    for s1, e1 in a:
-        for s2, e2 in b:
-            shared += max(0.0, min(e1, e2) - max(s1, s2))
-    return shared / total
-
-
 def run_demo(cc: str = "cubic", iterations: int = 12, rate_mbit: float = 1000,
              bytes_per_iteration: int = 20_000_000, compute_ms: float = 200.0,
              json_out: str | None = None, out=sys.stdout) -> int:  # type: ignore[no-untyped-def]
@@ -121,7 +109,7 @@ def run_demo(cc: str = "cubic", iterations: int = 12, rate_mbit: float = 1000,
             agent_thread.join(timeout=5)
             if errors:
                 raise errors[0]
-        _summarise(reports, out)
+        _summarise(reports, module, out)
         if json_out:
             Path(json_out).write_text(json.dumps({"senders": reports, "samples": samples},
                                                  indent=1))
@@ -133,14 +121,30 @@ def run_demo(cc: str = "cubic", iterations: int = 12, rate_mbit: float = 1000,
     return 0
 
 
-def _summarise(reports: list[dict], out) -> None:  # type: ignore[no-untyped-def]
-    comm = []
-    for r in reports:
-        t0 = r["t0_monotonic"]
-        comm.append([(t0 + it["comm_start"], t0 + it["comm_end"]) for it in r["iterations"]])
+def _as_trace(reports: list[dict], module: str):  # type: ignore[no-untyped-def]
+    """The senders' reports as one common trace (times since the earlier sender's start),
+    so the demo measures overlap with the project's one definition (mltcp.metrics).
+    Imported here: the capability check must not need numpy."""
+    from mltcp.trace import IterationRecord, JobTrace, Trace
+
+    t0 = min(r["t0_monotonic"] for r in reports)
+    jobs_ = []
+    for name, r in zip(("a", "b"), reports, strict=True):
+        shift = r["t0_monotonic"] - t0
+        its = tuple(IterationRecord(it["index"], it["start"] + shift, it["comm_start"] + shift,
+                                    it["comm_end"] + shift, it["end"] + shift, it["bytes"])
+                    for it in r["iterations"])
+        jobs_.append(JobTrace(name, ("bottleneck",), its))
+    return Trace(scenario="demo", scheme=f"mltcp-{module}", backend="netns", seed=0,
+                 jobs=tuple(jobs_))
+
+
+def _summarise(reports: list[dict], module: str, out) -> None:  # type: ignore[no-untyped-def]
+    from mltcp import metrics
+
+    trace = _as_trace(reports, module)
+    a, b = trace.jobs
     print("\niteration  time(job a)  time(job b)  overlap(a with b)", file=out)
-    a_its, b_its = reports[0]["iterations"], reports[1]["iterations"]
-    for i, (ia, ib) in enumerate(zip(a_its, b_its, strict=False)):
-        ov = overlap_fraction([comm[0][i]], comm[1])
-        print(f"{i:>9}  {ia['end'] - ia['start']:>10.3f}s  {ib['end'] - ib['start']:>10.3f}s"
+    for ia, ib, ov in zip(a.iterations, b.iterations, metrics.overlap(trace, "a"), strict=False):
+        print(f"{ia.index:>9}  {ia.end - ia.start:>10.3f}s  {ib.end - ib.start:>10.3f}s"
               f"  {ov:>16.0%}", file=out)
