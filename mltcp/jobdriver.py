@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 import sys
 import threading
 import time
@@ -29,7 +30,8 @@ from mltcp.netns import enter_netns
 from mltcp.traffic import drain, read_tcp_info, set_congestion, split_evenly
 
 ACK_POLL_S = 0.0005
-CHUNK = 1 << 20
+MAX_PAYLOAD = 64 << 20      # the largest single send; bigger shares go in several
+SO_SNDBUFFORCE = 32          # Linux: SO_SNDBUF beyond wmem_max, needs CAP_NET_ADMIN
 
 
 @dataclass
@@ -100,8 +102,27 @@ def _wait_acked(sock: socket.socket) -> None:
         time.sleep(ACK_POLL_S)
 
 
-def _send(sock: socket.socket, nbytes: int) -> None:
-    payload = memoryview(bytes(min(max(nbytes, 1), CHUNK)))
+def _hold_whole_share(sock: socket.socket, nbytes: int) -> None:
+    """Size the send buffer so one iteration's share fits into the kernel at once.
+
+    Why: with the default buffer the worker thread must refill it during the
+    communication phase; on a busy host a Python thread can wait several ms for
+    the CPU or the GIL while the buffer runs dry.  That stalls the flow (the
+    network idles although the job has data) and an MLTCP job reads the stall
+    as an iteration boundary.  A real training job hands its gradient buffers
+    to the NIC/NCCL at once, so the whole share belongs in the kernel.  Per-
+    segment skbs cost ~2x their payload in buffer accounting, hence the
+    factor.
+    """
+    want = min(2 * nbytes + (1 << 20), (1 << 31) - 1)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, want)
+    except PermissionError:   # without CAP_NET_ADMIN: as far as wmem_max allows
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, want)
+
+
+def _send(sock: socket.socket, payload: memoryview, nbytes: int) -> None:
+    """Hand nbytes to the kernel in as few calls as possible, then wait for their ACKs."""
     left = nbytes
     while left:
         n = min(left, len(payload))
@@ -136,13 +157,20 @@ def run_job(spec: DriverSpec) -> dict:
             for _ in range(spec.connections):
                 s = socket.socket()
                 set_congestion(s, spec.cc)
+                _hold_whole_share(s, max(shares))
+                # Reset on close: a driver killed mid-iteration must not leave orphaned
+                # sockets retransmitting megabytes (and pinning the MLTCP module) for
+                # minutes.  A normal close has nothing unacknowledged anyway.
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 s.settimeout(30)
                 s.connect((succ.addr, succ.port))
                 w.socks.append(s)
+            # One zero buffer per worker, sent whole: a refill between chunks is a stall.
+            payload = memoryview(bytes(min(max(max(shares), 1), MAX_PAYLOAD)))
             barrier.wait()                              # connected
             for _ in range(spec.iterations):
                 barrier.wait()                          # iteration starts (compute done)
-                senders = [threading.Thread(target=_send, args=(s, b))
+                senders = [threading.Thread(target=_send, args=(s, payload, b))
                            for s, b in zip(w.socks, shares, strict=True) if b]
                 for t in senders:
                     t.start()
@@ -184,8 +212,23 @@ def run_job(spec: DriverSpec) -> dict:
     return {"name": spec.job, "iterations": records}
 
 
+PR_SET_PDEATHSIG = 1
+DRIVER_MODULE = "mltcp.jobdriver"   # how `mltcp testbed clean` recognises leftover drivers
+
+
+def _die_with_parent() -> None:
+    """A driver whose testbed was killed must not keep its sockets (and with them
+    the MLTCP module it runs) alive: ask the kernel for SIGKILL when the parent dies."""
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    _die_with_parent()
     if len(argv) != 1:
         print("usage: python -m mltcp.jobdriver SPEC.json", file=sys.stderr)
         return 2
