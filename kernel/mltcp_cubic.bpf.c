@@ -4,14 +4,22 @@
  *
  * How it departs from the kernel's CUBIC (net/ipv4/tcp_cubic.c): it *is* the
  * kernel's CUBIC - every callback calls the built-in cubictcp_* kfuncs on the
- * same private state (struct bictcp) - except that in congestion avoidance the
- * ACKed packet count passed to cubictcp_cong_avoid() is scaled by the job's
- * F(bytes_ratio).  CUBIC turns acked packets into window growth through
- * tcp_cong_avoid_ai(cnt, acked) and its Reno-friendly estimate (ack_cnt), so
- * both grow F times faster per ACK; the cubic curve, HyStart, fast
- * convergence and beta are untouched.  With F = 1 (no job, disabled or stale
- * config) the calls are exactly the kernel's.  mltcp_repair() (a workaround for
- * a kernel fault, see mltcp.h) runs before the kernel's code in three callbacks.
+ * same private state (struct bictcp) - except that in congestion avoidance
+ * CUBIC's growth is made F(bytes_ratio) times faster in both of the ways CUBIC
+ * grows:
+ *  - ACK-driven: the ACKed packet count passed to cubictcp_cong_avoid() is
+ *    scaled by F, so tcp_cong_avoid_ai(cnt, acked) and the Reno-friendly
+ *    estimate (ack_cnt) advance F times faster per ACK;
+ *  - time-driven: CUBIC's window target is a function of the time since the
+ *    last reduction (epoch_start), and the window only ever catches up with
+ *    that target.  Scaling ACKs alone therefore changes little once the window
+ *    tracks the curve (short RTTs, i.e. data centres).  MLTCP-CUBIC runs the
+ *    curve's clock F times faster: per jiffy spent in congestion avoidance it
+ *    moves epoch_start (F - 1) jiffies back (with a carried fraction).
+ * The curve's shape, HyStart, fast convergence and beta are untouched.  With
+ * F = 1 (no job, disabled or stale config) the calls are exactly the kernel's.
+ * mltcp_repair() (a workaround for a kernel fault, see mltcp.h) runs before
+ * the kernel's code in three callbacks.
  */
 #include "mltcp.h"
 
@@ -26,7 +34,13 @@ extern __u32 tcp_reno_undo_cwnd(struct sock *sk) __ksym;
 struct mltcp_cubic_ca {
 	struct bictcp cubic;   /* the kernel's own CUBIC state, used by the kfuncs */
 	struct mltcp_flow m;
+	__u32 clock_jiffies;   /* jiffies at the previous congestion-avoidance ACK */
+	__u32 clock_frac;      /* Q16 fraction of a jiffy the curve's clock is ahead */
 };
+
+/* A longer pause between congestion-avoidance ACKs (idle, application- or
+ * receiver-limited) is not time CUBIC spent growing: it does not speed the clock. */
+#define MLTCP_CUBIC_MAX_STEP_JIFFIES 8
 
 _Static_assert(sizeof(struct mltcp_cubic_ca) <= sizeof(((struct inet_connection_sock *)0)->icsk_ca_priv),
 	       "MLTCP-CUBIC state must fit in icsk_ca_priv");
@@ -44,11 +58,34 @@ static __always_inline __u32 cubic_expected_ssthresh(struct sock *sk)
 	return next > 2 ? next : 2;
 }
 
+/* Advance CUBIC's curve by (F - 1) x the jiffies since the previous CA ACK. */
+static __always_inline void mltcp_cubic_speed_clock(struct sock *sk, struct mltcp_cubic_ca *ca)
+{
+	struct tcp_sock *tp = mltcp_tcp_sk(sk);
+	__u32 now = (__u32)bpf_jiffies64();
+	__u32 step = now - ca->clock_jiffies;
+	__u64 ahead;
+
+	ca->clock_jiffies = now;
+	if (ca->m.f_fp <= MLTCP_FP_ONE || tp->snd_cwnd < tp->snd_ssthresh ||
+	    !ca->cubic.epoch_start || step > MLTCP_CUBIC_MAX_STEP_JIFFIES)
+		return;
+	ahead = (__u64)(ca->m.f_fp - MLTCP_FP_ONE) * step + ca->clock_frac;
+	ca->clock_frac = ahead & (MLTCP_FP_ONE - 1);
+	ca->cubic.epoch_start -= (__u32)(ahead >> MLTCP_FP_SHIFT);
+	if (!ca->cubic.epoch_start)   /* 0 means "no epoch": one jiffy earlier instead */
+		ca->cubic.epoch_start = (__u32)-1;
+}
+
 SEC("struct_ops")
 void BPF_PROG(mltcp_cubic_init, struct sock *sk)
 {
+	struct mltcp_cubic_ca *ca = cubic_ca(sk);
+
 	cubictcp_init(sk);
-	mltcp_flow_init(sk, &cubic_ca(sk)->m);
+	mltcp_flow_init(sk, &ca->m);
+	ca->clock_jiffies = 0;
+	ca->clock_frac = 0;
 }
 
 SEC("struct_ops")
@@ -68,8 +105,11 @@ void BPF_PROG(mltcp_cubic_acked, struct sock *sk, const struct ack_sample *sampl
 SEC("struct_ops")
 void BPF_PROG(mltcp_cubic_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 {
+	struct mltcp_cubic_ca *ca = cubic_ca(sk);
+
 	mltcp_repair(sk, cubic_expected_ssthresh(sk));
-	cubictcp_cong_avoid(sk, ack, mltcp_scale_acked(sk, &cubic_ca(sk)->m, acked));
+	mltcp_cubic_speed_clock(sk, ca);
+	cubictcp_cong_avoid(sk, ack, mltcp_scale_acked(sk, &ca->m, acked));
 }
 
 SEC("struct_ops")
