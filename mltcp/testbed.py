@@ -37,7 +37,7 @@ from pathlib import Path
 from mltcp import datapath, jobs, maps
 from mltcp.errors import MltcpError
 from mltcp.fabric import Fabric, dumbbell, leaf_spine
-from mltcp.jobdriver import DriverSpec, WorkerSpec
+from mltcp.jobdriver import DRIVER_MODULE, DriverSpec, WorkerSpec
 from mltcp.scenario import Scenario, ScenarioJob, Scheme, placement
 from mltcp.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace, provenance
 
@@ -54,9 +54,10 @@ def build_fabric(scenario: Scenario) -> Fabric:
     topo = scenario.topology
     if topo.kind == "dumbbell":
         # Host links are unshaped veths (faster than any bottleneck here).
-        return dumbbell(topo.hosts, topo.bottleneck_mbit, topo.queue_packets)
+        return dumbbell(topo.hosts, topo.bottleneck_mbit, topo.queue_packets,
+                        gso_max_segs=topo.gso_max_segs)
     return leaf_spine(topo.leaves, topo.spines, topo.hosts_per_leaf, topo.host_link_mbit,
-                      topo.oversubscription, topo.queue_packets)
+                      topo.oversubscription, topo.queue_packets, gso_max_segs=topo.gso_max_segs)
 
 
 def _module(scheme: Scheme) -> tuple[str | None, str]:
@@ -179,7 +180,7 @@ def run_once(scenario: Scenario, scheme: Scheme, seed: int, only_job: str | None
             for spec in specs:
                 path = tmp / f"{spec.job}.spec.json"
                 path.write_text(spec.to_json())
-                procs.append(subprocess.Popen([sys.executable, "-m", "mltcp.jobdriver",
+                procs.append(subprocess.Popen([sys.executable, "-m", DRIVER_MODULE,
                                                str(path)], stderr=subprocess.PIPE, text=True))
             sampler.start()
             expected = max(j.iterations * (j.compute_ms / 1000) for j in run_jobs)
@@ -249,11 +250,36 @@ def _attach_workers(job: ScenarioJob, scheme: Scheme, fab: Fabric, hosts: tuple[
     return names
 
 
+def _leftover_drivers() -> list[int]:
+    """PIDs of job drivers (python -m mltcp.jobdriver) whose testbed is gone: orphans,
+    re-parented to init.  A running testbed's drivers are its children and are left alone."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if DRIVER_MODULE.encode() in argv[:4] and ppid == 1:
+            pids.append(int(proc.name))
+    return pids
+
+
 def clean() -> list[str]:
-    """Remove leftovers of killed runs: namespaces, testbed jobs (and their rules)."""
+    """Remove leftovers of killed runs: job drivers, namespaces, testbed jobs (and rules)."""
+    import os
+    import signal
+
     from mltcp.netns import cleanup_leftovers
 
-    removed = [f"namespace {ns}" for ns in cleanup_leftovers()]
+    removed = []
+    for pid in _leftover_drivers():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            removed.append(f"job driver process {pid}")
+    removed += [f"namespace {ns}" for ns in cleanup_leftovers()]
     with contextlib.suppress(Exception):
         for name in list(jobs.Registry().read()):
             if name.startswith(JOB_PREFIX):

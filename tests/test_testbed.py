@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import subprocess
 import sys
+import time
+from importlib import resources
+from pathlib import Path
 
 import pytest
 
 from mltcp import datapath, jobs, maps, metrics, testbed
 from mltcp.errors import MltcpError
+from mltcp.jobdriver import DRIVER_MODULE
 from mltcp.netns import list_netns
 from mltcp.scenario import load_scenario
 
@@ -77,6 +82,47 @@ def test_testbed_clean_removes_what_a_killed_run_left(clean_datapath):
     assert proc.returncode == 0, proc.stderr
     assert "namespace mltcp-killed-h1" in proc.stdout and "job tb-x-w0" in proc.stdout
     _no_leftovers()
+
+
+def _drivers() -> list[int]:
+    """Every job driver process on the host (orphaned or not)."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if proc.name.isdigit() and DRIVER_MODULE.encode() in (
+                    proc / "cmdline").read_bytes().split(b"\0"):
+                out.append(int(proc.name))
+    return out
+
+
+def test_a_killed_run_takes_its_drivers_along_and_clean_removes_the_rest(clean_datapath,
+                                                                         tmp_path):
+    text = (resources.files("mltcp") / "scenarios" / "compatible-pair.toml").read_text()
+    spec = tmp_path / "long.toml"
+    spec.write_text(text.replace("bottleneck_mbit = 1000", "bottleneck_mbit = 300"))
+    assert _drivers() == []
+    run = subprocess.Popen([sys.executable, "-m", "mltcp.cli", "run", str(spec), "--scheme",
+                            "mltcp-reno", "--out", str(tmp_path / "out")],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while len(_drivers()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(_drivers()) == 2, "the run never started its two job drivers"
+    time.sleep(2)                          # mid-communication: megabytes in flight
+    run.kill()
+    run.wait()
+    deadline = time.monotonic() + 5
+    while _drivers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _drivers() == []                # they died with their testbed
+    proc = subprocess.run([sys.executable, "-m", "mltcp.cli", "testbed", "clean"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "namespace mltcp-" in proc.stdout and "job tb-a-w0" in proc.stdout
+    _no_leftovers()
+    datapath.unload(["reno"])              # the killed run had loaded it
+    # The drivers' sockets were reset, not orphaned: nothing keeps the module alive.
+    assert datapath.settle() == []
 
 
 def test_mltcp_run_writes_traces_and_summary(clean_datapath, tmp_path):
