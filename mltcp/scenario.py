@@ -49,7 +49,9 @@ _JOB_NAME = re.compile(r"[a-z0-9_-]{1,20}")
 _SCHEME_NAME = re.compile(r"[a-z0-9_-]{1,30}")
 
 _TOP_KEYS = ("name", "description", "seeds", "topology", "jobs", "schemes")
-_COMMON_TOPOLOGY_KEYS = ("kind", "host_link_mbit", "queue_packets", "ecn_threshold_bytes")
+_COMMON_TOPOLOGY_KEYS = ("kind", "host_link_mbit", "queue_packets", "ecn_threshold_bytes",
+                         "gso_max_segs")
+MAX_GSO_SEGS = 65535
 _DUMBBELL_KEYS = ("bottleneck_mbit", "hosts")
 _LEAF_SPINE_KEYS = ("leaves", "spines", "hosts_per_leaf", "oversubscription")
 _TOPOLOGY_KEYS = _COMMON_TOPOLOGY_KEYS + _DUMBBELL_KEYS + _LEAF_SPINE_KEYS
@@ -198,6 +200,10 @@ class Topology:
     hosts_per_leaf: int = 0
     oversubscription: float = 1.0
     ecn_threshold_bytes: int | None = None
+    # Emulation only: largest burst (in segments) a host hands to its device at
+    # once; None keeps the device default (GSO bursts up to 64 KB).  1 makes the
+    # queues drop and mark single packets, as on a NIC with TSO off.
+    gso_max_segs: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind == "leaf_spine":
@@ -262,6 +268,8 @@ class Topology:
                     "oversubscription": self.oversubscription}
         if self.ecn_threshold_bytes is not None:
             out["ecn_threshold_bytes"] = self.ecn_threshold_bytes
+        if self.gso_max_segs is not None:
+            out["gso_max_segs"] = self.gso_max_segs
         return out
 
 
@@ -543,6 +551,11 @@ def _parse_topology(raw: object) -> Topology:
     queue = _int(t.get("queue_packets", "queue_packets = 100"), t.at("queue_packets"),
                  10, MAX_QUEUE_PACKETS, "queue_packets = 100")
     topology = (_parse_dumbbell if kind == "dumbbell" else _parse_leaf_spine)(t, queue)
+    gso = t.get("gso_max_segs", "", None)
+    if gso is not None:
+        gso = _int(gso, t.at("gso_max_segs"), 1, MAX_GSO_SEGS,
+                   "gso_max_segs = 1 (single packets), or omit it for the device default")
+        topology = dataclasses.replace(topology, gso_max_segs=gso)
     ecn = t.get("ecn_threshold_bytes", "", None)
     if ecn is None:
         return topology

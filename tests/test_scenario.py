@@ -71,19 +71,20 @@ def test_compatible_pair_contents() -> None:
     assert s.seeds == (0, 1, 2, 3, 4)
     topo = s.topology
     assert (topo.kind, topo.bottleneck_mbit, topo.host_link_mbit, topo.queue_packets,
-            topo.hosts, topo.ecn_threshold_bytes) == ("dumbbell", 1000, 10000, 100, 4, None)
+            topo.hosts, topo.ecn_threshold_bytes, topo.gso_max_segs) == (
+        "dumbbell", 1000, 10000, 400, 4, None, None)
     for job in s.jobs:
         assert (job.compute_ms, job.bytes_per_worker, job.workers, job.iterations,
                 job.start_offset_ms, job.connections, job.collective) == (
-            120, 10 * MB, 2, 30, 0, 1, Collective.RING_ALLREDUCE)
-    assert [(x.name, x.module_name) for x in s.schemes] == [
-        ("cubic", "cubic"), ("reno", "reno"),
-        ("mltcp-cubic", "mltcp_cubic"), ("mltcp-reno", "mltcp_reno")]
+            120, 10 * MB, 2, 40, 0, 1, Collective.RING_ALLREDUCE)
+    assert [(x.name, x.module_name, x.slope, x.intercept) for x in s.schemes] == [
+        ("cubic", "cubic", 0.0, 1.0), ("reno", "reno", 0.0, 1.0),
+        ("mltcp-cubic", "mltcp_cubic", 4.0, 1.0), ("mltcp-reno", "mltcp_reno", 4.0, 1.0)]
 
 
 def test_dctcp_pair_and_leaf_spine_contents() -> None:
     d = load_scenario("dctcp-pair")
-    assert d.topology.ecn_threshold_bytes == 30000
+    assert (d.topology.ecn_threshold_bytes, d.topology.gso_max_segs) == (30000, 1)
     assert [(x.name, x.cc, x.mltcp) for x in d.schemes] == [
         ("dctcp", "dctcp", False), ("mltcp-dctcp", "dctcp", True)]
     topo = load_scenario("leaf-spine").topology
@@ -156,9 +157,12 @@ BAD_DUMBBELL: list[tuple[str, Mutation, str]] = [
     ("queue missing", del_("topology", "queue_packets"), "topology.queue_packets"),
     ("queue too small", set_("topology", "queue_packets", 9), "topology.queue_packets"),
     ("queue fractional", set_("topology", "queue_packets", 100.5), "topology.queue_packets"),
+    ("gso zero", set_("topology", "gso_max_segs", 0), "topology.gso_max_segs"),
+    ("gso huge", set_("topology", "gso_max_segs", 70000), "topology.gso_max_segs"),
+    ("gso text", set_("topology", "gso_max_segs", "off"), "topology.gso_max_segs"),
     ("ecn too small", set_("topology", "ecn_threshold_bytes", 1499),
      "topology.ecn_threshold_bytes"),
-    ("ecn >= queue", set_("topology", "ecn_threshold_bytes", 100 * 1514),
+    ("ecn >= queue", set_("topology", "ecn_threshold_bytes", 400 * 1514),
      "topology.ecn_threshold_bytes"),
     ("ecn not size", set_("topology", "ecn_threshold_bytes", "lots"),
      "topology.ecn_threshold_bytes"),
