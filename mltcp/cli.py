@@ -104,11 +104,17 @@ def build_parser() -> argparse.ArgumentParser:
     tb.add_argument("action", choices=["clean"],
                     help="clean: remove namespaces and jobs left by killed runs")
 
-    dm = sub.add_parser("demo", help="two training jobs on a real-kernel bottleneck")
-    dm.add_argument("--cc", default="cubic", help="reno, cubic or dctcp")
-    dm.add_argument("--iterations", type=int, default=12)
-    dm.add_argument("--rate-mbit", type=float, default=1000)
-    dm.add_argument("--json", metavar="FILE", help="also write the samples and iterations here")
+    dm = sub.add_parser("demo", help="MLTCP vs standard TCP on the default scenario, real "
+                                     "kernel (--live: a close-up of one MLTCP run)")
+    dm.add_argument("--out", default="mltcp-demo", help="output directory (default: %(default)s)")
+    dm.add_argument("--seed", type=int, default=0)
+    dm.add_argument("--live", action="store_true",
+                    help="instead: two one-way jobs under MLTCP, per-iteration F and cwnd live")
+    dm.add_argument("--cc", default="cubic", help="--live: reno, cubic or dctcp")
+    dm.add_argument("--iterations", type=int, default=12, help="--live: iterations per job")
+    dm.add_argument("--rate-mbit", type=float, default=1000, help="--live: bottleneck rate")
+    dm.add_argument("--json", metavar="FILE",
+                    help="--live: also write the samples and iterations here")
     return p
 
 
@@ -271,8 +277,10 @@ def _run(args: argparse.Namespace) -> int:
         print("removed " + (", ".join(removed) or "nothing"))
         return 0
     if args.cmd == "demo":
-        from mltcp.demo import run_demo
+        from mltcp.demo import run_compare_demo, run_demo
 
+        if not args.live:
+            return run_compare_demo(args.out, seed=args.seed)
         return run_demo(cc=args.cc, iterations=args.iterations, rate_mbit=args.rate_mbit,
                         json_out=args.json)
     raise SpecError("command", f"unknown {args.cmd}", "see mltcp --help")

@@ -1,13 +1,19 @@
-"""`mltcp demo`: two training jobs share a real-kernel bottleneck under MLTCP.
+"""`mltcp demo`: MLTCP against the standard congestion controls on real kernel TCP.
 
-The demonstration runs entirely on this machine's kernel: a network-namespace
-dumbbell with an HTB bottleneck, the MLTCP eBPF module, two synthetic jobs
-(compute gap + per-iteration bytes) whose sockets are put under MLTCP by
-address/port rules (the senders ask for plain cubic; the sockops classifier
-switches them), and the control plane refreshing the configs.  While it runs
-it prints, per job and iteration, how far the job got (bytes_ratio), the F it
-reached and its mean cwnd; at the end it prints iteration times and how much
-the two jobs' communication phases overlapped.
+The default demo (:func:`run_compare_demo`) is `mltcp compare` on the embedded
+default scenario (compatible-pair, one seed): every scheme plus each job alone
+on a dedicated link, then the side-by-side table; the report, traces and plots
+land in the output directory.
+
+`mltcp demo --live` (:func:`run_demo`) is the close-up of one MLTCP run, on
+this machine's kernel: a network-namespace dumbbell with an HTB bottleneck,
+the MLTCP eBPF module, two synthetic one-way jobs (compute gap + per-iteration
+bytes) whose sockets are put under MLTCP by address/port rules (the senders
+ask for plain cubic; the sockops classifier switches them), and the control
+plane refreshing the configs.  While it runs it prints, per job and
+iteration, how far the job got (bytes_ratio), the F it reached and its mean
+cwnd; at the end it prints iteration times and how much the two jobs'
+communication phases overlapped.
 """
 
 from __future__ import annotations
@@ -27,6 +33,27 @@ from mltcp.labrun import Sender, run_senders, start_sink
 from mltcp.netns import BottleneckSpec, Dumbbell
 
 DEMO_PORTS = (5101, 5102)
+DEFAULT_SCENARIO = "compatible-pair"
+
+
+def run_compare_demo(out_dir: str, seed: int = 0, scenario: str = DEFAULT_SCENARIO,
+                     out=sys.stdout) -> int:  # type: ignore[no-untyped-def]
+    """Compare every scheme of the default scenario (plus dedicated) and print the table."""
+    from mltcp.netns import require_netns
+
+    try:
+        datapath.require_bpf()
+        require_netns()
+    except CapabilityError as exc:
+        raise CapabilityError(f"the demo runs on the real kernel and {exc}") from exc
+    from mltcp.report import table
+    from mltcp.runner import run_scenario
+
+    print(f"mltcp demo: {scenario} (seed {seed}) on real kernel TCP, every scheme and each "
+          f"job alone; report, traces and plots go to {out_dir}/", file=out, flush=True)
+    report = run_scenario(scenario, out_dir=out_dir, seeds=[seed], dedicated=True)
+    print(table(report), file=out)
+    return 0
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import re
 import shutil
@@ -19,9 +21,9 @@ def _demo(*args: str, **kw) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.kernel
-def test_demo_runs_two_jobs_and_cleans_up(clean_datapath, tmp_path):
+def test_live_demo_runs_two_jobs_and_cleans_up(clean_datapath, tmp_path):
     out = tmp_path / "demo.json"
-    proc = _demo("--iterations", "6", "--json", str(out))
+    proc = _demo("--live", "--iterations", "6", "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
     assert "mltcp_cubic (F = 1 + bytes_ratio)" in text
@@ -48,3 +50,29 @@ def test_demo_without_root_says_what_it_needs():
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1
     assert "the demo runs on the real kernel" in lines[0] and "run as root" in lines[0]
+
+
+@pytest.mark.kernel
+def test_demo_compares_every_scheme_with_dedicated(clean_datapath, tmp_path):
+    """The default demo is the compare: every scheme plus each job alone, then the table."""
+    from importlib import resources
+
+    from mltcp.demo import DEFAULT_SCENARIO, run_compare_demo
+
+    text = (resources.files("mltcp") / "scenarios" / f"{DEFAULT_SCENARIO}.toml").read_text()
+    short = (text.replace("iterations = 40", "iterations = 3")
+             .replace("bottleneck_mbit = 1000", "bottleneck_mbit = 300"))
+    assert short.count("iterations = 3") == 2
+    spec = tmp_path / "short.toml"
+    spec.write_text(short)
+    out_dir = tmp_path / "demo"
+    printed = io.StringIO()
+    assert run_compare_demo(str(out_dir), seed=0, scenario=str(spec), out=printed) == 0
+    rows = re.findall(r"^\| ([a-z-]+) \| (\d)/1 \|", printed.getvalue(), re.M)
+    assert sorted(r[0] for r in rows) == ["cubic", "mltcp-cubic", "mltcp-reno", "reno"]
+    report = json.loads((out_dir / "report.json").read_text())
+    assert set(report["dedicated_means"]) == {"a", "b"}
+    assert sorted(p.name for p in (out_dir / "traces").iterdir()) == sorted(
+        [f"{s}-seed0.json" for s in ("cubic", "reno", "mltcp-cubic", "mltcp-reno")]
+        + ["dedicated-a-seed0.json", "dedicated-b-seed0.json"])
+    assert datapath.settle() == []
