@@ -160,6 +160,8 @@ BAD_DUMBBELL: list[tuple[str, Mutation, str]] = [
     ("gso zero", set_("topology", "gso_max_segs", 0), "topology.gso_max_segs"),
     ("gso huge", set_("topology", "gso_max_segs", 70000), "topology.gso_max_segs"),
     ("gso text", set_("topology", "gso_max_segs", "off"), "topology.gso_max_segs"),
+    ("rto_min zero", set_("topology", "rto_min_ms", 0), "topology.rto_min_ms"),
+    ("rto_min above default", set_("topology", "rto_min_ms", 500), "topology.rto_min_ms"),
     ("ecn too small", set_("topology", "ecn_threshold_bytes", 1499),
      "topology.ecn_threshold_bytes"),
     ("ecn >= queue", set_("topology", "ecn_threshold_bytes", 400 * 1514),
