@@ -27,11 +27,16 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from mltcp.netns import enter_netns
-from mltcp.traffic import drain, read_tcp_info, set_congestion, split_evenly
+from mltcp.traffic import (
+    drain,
+    hold_whole_share,
+    send_and_wait_acked,
+    set_congestion,
+    split_evenly,
+    zero_payload,
+)
 
-ACK_POLL_S = 0.0005
-MAX_PAYLOAD = 64 << 20      # the largest single send; bigger shares go in several
-SO_SNDBUFFORCE = 32          # Linux: SO_SNDBUF beyond wmem_max, needs CAP_NET_ADMIN
+ACK_POLL_S = 0.0005   # per worker thread: 4+ pollers share 2 cores with the network
 
 
 @dataclass
@@ -94,43 +99,6 @@ def _listen(worker: _Worker, n: int, cc: str | None, ready: threading.Event,
         ready.set()
 
 
-def _wait_acked(sock: socket.socket) -> None:
-    while True:
-        info = read_tcp_info(sock)
-        if info.unacked == 0 and info.notsent_bytes == 0:
-            return
-        time.sleep(ACK_POLL_S)
-
-
-def _hold_whole_share(sock: socket.socket, nbytes: int) -> None:
-    """Size the send buffer so one iteration's share fits into the kernel at once.
-
-    Why: with the default buffer the worker thread must refill it during the
-    communication phase; on a busy host a Python thread can wait several ms for
-    the CPU or the GIL while the buffer runs dry.  That stalls the flow (the
-    network idles although the job has data) and an MLTCP job reads the stall
-    as an iteration boundary.  A real training job hands its gradient buffers
-    to the NIC/NCCL at once, so the whole share belongs in the kernel.  Per-
-    segment skbs cost ~2x their payload in buffer accounting, hence the
-    factor.
-    """
-    want = min(2 * nbytes + (1 << 20), (1 << 31) - 1)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, want)
-    except PermissionError:   # without CAP_NET_ADMIN: as far as wmem_max allows
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, want)
-
-
-def _send(sock: socket.socket, payload: memoryview, nbytes: int) -> None:
-    """Hand nbytes to the kernel in as few calls as possible, then wait for their ACKs."""
-    left = nbytes
-    while left:
-        n = min(left, len(payload))
-        sock.sendall(payload[:n])
-        left -= n
-    _wait_acked(sock)
-
-
 def run_job(spec: DriverSpec) -> dict:
     """Run the job; return its trace part: {"name", "iterations": [...]} (times since t0)."""
     n = len(spec.workers)
@@ -157,7 +125,7 @@ def run_job(spec: DriverSpec) -> dict:
             for _ in range(spec.connections):
                 s = socket.socket()
                 set_congestion(s, spec.cc)
-                _hold_whole_share(s, max(shares))
+                hold_whole_share(s, max(shares))
                 # Reset on close: a driver killed mid-iteration must not leave orphaned
                 # sockets retransmitting megabytes (and pinning the MLTCP module) for
                 # minutes.  A normal close has nothing unacknowledged anyway.
@@ -166,11 +134,12 @@ def run_job(spec: DriverSpec) -> dict:
                 s.connect((succ.addr, succ.port))
                 w.socks.append(s)
             # One zero buffer per worker, sent whole: a refill between chunks is a stall.
-            payload = memoryview(bytes(min(max(max(shares), 1), MAX_PAYLOAD)))
+            payload = zero_payload(max(shares))
             barrier.wait()                              # connected
             for _ in range(spec.iterations):
                 barrier.wait()                          # iteration starts (compute done)
-                senders = [threading.Thread(target=_send, args=(s, payload, b))
+                senders = [threading.Thread(target=send_and_wait_acked,
+                                            args=(s, b, payload, ACK_POLL_S))
                            for s, b in zip(w.socks, shares, strict=True) if b]
                 for t in senders:
                     t.start()

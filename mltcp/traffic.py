@@ -188,7 +188,8 @@ def connect(dst: str, port: int, cc: str) -> socket.socket:
     return sock
 
 
-def wait_acked(sock: socket.socket, deadline: float | None = None) -> TcpInfo:
+def wait_acked(sock: socket.socket, deadline: float | None = None,
+               poll_s: float = _ACK_POLL_S) -> TcpInfo:
     """Poll TCP_INFO until everything written to ``sock`` has been acknowledged.
 
     ``sendall`` returns once data is in the socket buffer; a training collective
@@ -200,7 +201,7 @@ def wait_acked(sock: socket.socket, deadline: float | None = None) -> TcpInfo:
             return info
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError("data still unacknowledged at deadline")
-        time.sleep(_ACK_POLL_S)
+        time.sleep(poll_s)
 
 
 # --------------------------------------------------------------------------- sender
@@ -311,16 +312,47 @@ def _run_duration(run: _Run, duration_s: float) -> tuple[int, float, list[Iterat
     return total, elapsed, []
 
 
-def send_and_wait_acked(sock: socket.socket, nbytes: int) -> int:
-    """Write ``nbytes`` and wait for their ACKs; returns the bytes newly ACKed."""
+SO_SNDBUFFORCE = 32          # Linux: SO_SNDBUF beyond wmem_max, needs CAP_NET_ADMIN
+MAX_PAYLOAD = 64 << 20       # the largest single write; bigger shares go in several
+
+
+def hold_whole_share(sock: socket.socket, nbytes: int) -> None:
+    """Size the send buffer so one iteration's share fits into the kernel at once.
+
+    Why: with the default buffer the sending thread must refill it during the
+    communication phase; on a busy host a Python thread can wait several ms for
+    the CPU or the GIL while the buffer runs dry.  That stalls the flow (the
+    network idles although the job has data) and an MLTCP job reads the stall
+    as an iteration boundary.  A real training job hands its gradient buffers
+    to the NIC/NCCL at once, so the whole share belongs in the kernel.  Per-
+    segment skbs cost ~2x their payload in buffer accounting, hence the factor.
+    """
+    want = min(2 * nbytes + (1 << 20), (1 << 31) - 1)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, want)
+    except PermissionError:   # without CAP_NET_ADMIN: as far as wmem_max allows
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, want)
+
+
+def zero_payload(nbytes: int) -> memoryview:
+    """A reusable buffer for shares of up to ``nbytes`` (allocated once, not per iteration)."""
+    return memoryview(bytes(min(max(nbytes, 1), MAX_PAYLOAD)))
+
+
+def send_and_wait_acked(sock: socket.socket, nbytes: int, payload: memoryview | None = None,
+                        poll_s: float = _ACK_POLL_S) -> int:
+    """Write ``nbytes`` in as few calls as possible (a refill between chunks is a
+    stall, see hold_whole_share) and wait for their ACKs; returns the bytes newly ACKed.
+    ``poll_s``: how often TCP_INFO is read meanwhile (processes with many senders on a
+    small host poll less often, to leave the CPU to the network)."""
     before = read_tcp_info(sock).bytes_acked
-    payload = memoryview(bytes(min(nbytes, _SEND_CHUNK)))
+    payload = payload if payload is not None and len(payload) else zero_payload(nbytes)
     left = nbytes
     while left:
         n = min(left, len(payload))
         sock.sendall(payload[:n])
         left -= n
-    return wait_acked(sock).bytes_acked - before
+    return wait_acked(sock, poll_s=poll_s).bytes_acked - before
 
 
 def split_evenly(total: int, parts: int) -> list[int]:
@@ -332,15 +364,18 @@ def _run_iterations(run: _Run, cfg: SendConfig) -> tuple[int, float, list[Iterat
     """Compute (sleep), then send one iteration's bytes over all conns in parallel."""
     assert cfg.iterations is not None
     shares = split_evenly(cfg.bytes_per_iteration, cfg.conns)
-    for s in run.socks:
+    for s, share in zip(run.socks, shares, strict=True):
         s.settimeout(None)
+        hold_whole_share(s, share)
+    payload = zero_payload(max(shares))
     records = []
     with ThreadPoolExecutor(max_workers=cfg.conns, thread_name_prefix="comm") as pool:
         for k in range(cfg.iterations):
             start = run.now()
             time.sleep(cfg.compute_ms / 1000)
             comm_start = run.now()
-            acked = sum(pool.map(send_and_wait_acked, run.socks, shares))
+            acked = sum(pool.map(send_and_wait_acked, run.socks, shares,
+                                 [payload] * len(shares)))
             comm_end = run.now()
             records.append(IterationRecord(k, start, comm_start, comm_end, comm_end, acked))
     total = sum(r.bytes for r in records)
