@@ -30,6 +30,7 @@ from mltcp.netns import enter_netns
 from mltcp.traffic import (
     drain,
     hold_whole_share,
+    read_tcp_info,
     send_and_wait_acked,
     set_congestion,
     split_evenly,
@@ -75,6 +76,8 @@ class _Worker:
     spec: WorkerSpec
     socks: list[socket.socket] = field(default_factory=list)
     comm_end: float = 0.0
+    retransmits: int = 0     # this iteration's, over the worker's connections
+    rtos: int = 0
     acked: int = 0
     error: BaseException | None = None
 
@@ -97,6 +100,12 @@ def _listen(worker: _Worker, n: int, cc: str | None, ready: threading.Event,
     except BaseException as exc:  # reported by the main thread
         failures.append(exc)
         ready.set()
+
+
+def _loss_counters(socks: list[socket.socket]) -> tuple[int, int]:
+    """(segments retransmitted, retransmission timeouts) so far, over ``socks``."""
+    infos = [read_tcp_info(s) for s in socks]
+    return sum(i.total_retrans for i in infos), sum(i.total_rto for i in infos)
 
 
 def run_job(spec: DriverSpec) -> dict:
@@ -138,6 +147,7 @@ def run_job(spec: DriverSpec) -> dict:
             barrier.wait()                              # connected
             for _ in range(spec.iterations):
                 barrier.wait()                          # iteration starts (compute done)
+                before = _loss_counters(w.socks)
                 senders = [threading.Thread(target=send_and_wait_acked,
                                             args=(s, b, payload, ACK_POLL_S))
                            for s, b in zip(w.socks, shares, strict=True) if b]
@@ -146,6 +156,8 @@ def run_job(spec: DriverSpec) -> dict:
                 for t in senders:
                     t.join()
                 w.comm_end = time.monotonic()
+                after = _loss_counters(w.socks)
+                w.retransmits, w.rtos = after[0] - before[0], after[1] - before[1]
                 barrier.wait()                          # all workers' data ACKed
         except BaseException as exc:
             w.error = exc
@@ -172,7 +184,9 @@ def run_job(spec: DriverSpec) -> dict:
             comm_end = max(w.comm_end for w in workers)
             records.append({"index": k, "start": it_start - spec.t0,
                             "comm_start": comm_start - spec.t0, "comm_end": comm_end - spec.t0,
-                            "end": comm_end - spec.t0, "bytes": spec.bytes_per_worker * n})
+                            "end": comm_end - spec.t0, "bytes": spec.bytes_per_worker * n,
+                            "retransmits": sum(w.retransmits for w in workers),
+                            "rtos": sum(w.rtos for w in workers)})
     except threading.BrokenBarrierError:
         errors = [w.error for w in workers if w.error]
         raise errors[0] if errors else RuntimeError("job barrier broken") from None

@@ -379,6 +379,17 @@ def jain_per_iteration(trace: Trace) -> dict[int, float]:
 # --------------------------------------------------------------------------- summary
 
 
+def loss_counts(job: JobTrace) -> dict[str, int | None]:
+    """The job's retransmitted segments and retransmission timeouts over the run;
+    None where the backend did not record them (any iteration without the field)."""
+    its = job.iterations
+    out: dict[str, int | None] = {}
+    for name in ("retransmits", "rtos"):
+        values = [getattr(r, name) for r in its]
+        out[name] = None if not its or None in values else int(sum(values))
+    return out
+
+
 def summarize(trace: Trace, dedicated: Mapping[str, float] | None = None,
               threshold: float = DEFAULT_THRESHOLD, k: int = DEFAULT_K,
               skip: int = DEFAULT_SKIP) -> dict:
@@ -398,7 +409,8 @@ def summarize(trace: Trace, dedicated: Mapping[str, float] | None = None,
             indices               iteration index of each record
             overlap               overlap per record (aligned with indices)
             convergence_iteration
-            comm_throughput_bps   whole-run communication throughput}}
+            comm_throughput_bps   whole-run communication throughput
+            retransmits, rtos     loss_counts (None where the backend did not record them)}}
         overall: {
             convergence_iteration       max over jobs (None if any is None)
             mean_ratio_to_dedicated     mean over jobs (None unless all have one)
@@ -429,6 +441,7 @@ def summarize(trace: Trace, dedicated: Mapping[str, float] | None = None,
             "overlap": overlap(trace, job.name),
             "convergence_iteration": convergence_iteration(trace, job.name, threshold, k),
             "comm_throughput_bps": comm_throughput_bps(job),
+            **loss_counts(job),
         }
     convergences = [j["convergence_iteration"] for j in jobs.values()]
     ratios = [j["ratio_to_dedicated"] for j in jobs.values()]

@@ -13,6 +13,7 @@ report.json:
     schemes {name: {seeds, convergence {per_seed, converged_runs, median},
                     ratio_to_dedicated {per_seed, mean}, iteration_time {mean, p50, p99},
                     overlap_last {mean}, utilisation {mean}, drops, ecn_marks,
+                    retransmits_per_iteration, rtos (null where not recorded),
                     speedup {baseline, mean, p99} | null}},
     runs {"<scheme>/seed<N>": mltcp.metrics.summarize(...)}
 Speed-ups compare each MLTCP scheme with the standard scheme of the same congestion
@@ -82,7 +83,19 @@ def _scheme_block(traces: list[Trace], summaries: list[dict]) -> dict:
         "utilisation": {"mean": float(np.mean(util)) if util else None},
         "drops": sum(sum(s["overall"]["drops"].values()) for s in summaries),
         "ecn_marks": sum(sum(s["overall"]["ecn_marks"].values()) for s in summaries),
+        **_losses(summaries),
     }
+
+
+def _losses(summaries: list[dict]) -> dict[str, float | int | None]:
+    """Retransmitted segments per job iteration and RTOs in all, over the scheme's runs."""
+    jobs = [j for s in summaries for j in s["jobs"].values()]
+    if not jobs or any(j.get("retransmits") is None for j in jobs):
+        return {"retransmits_per_iteration": None, "rtos": None}
+    iterations = sum(j["iterations"] for j in jobs)
+    return {"retransmits_per_iteration": (sum(j["retransmits"] for j in jobs) / iterations
+                                          if iterations else None),
+            "rtos": sum(j["rtos"] for j in jobs)}
 
 
 def _baseline(name: str, params: dict[str, dict]) -> str | None:

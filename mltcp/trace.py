@@ -92,8 +92,10 @@ def _json_dict(name: str, value: Any) -> dict:
     return dict(value)
 
 
-def _fields(name: str, data: Any, keys: tuple[str, ...]) -> dict:
-    """The keys of a JSON object, all present and none unknown (a typo must not pass silently)."""
+def _fields(name: str, data: Any, keys: tuple[str, ...],
+            optional: tuple[str, ...] = ()) -> dict:
+    """The keys of a JSON object: every one of ``keys`` present, ``optional`` ones
+    allowed, none unknown (a typo must not pass silently)."""
     if not isinstance(data, Mapping):
         raise SpecError(name, f"{type(data).__name__} is not a JSON object",
                         f"give an object with keys {', '.join(keys)}")
@@ -101,11 +103,11 @@ def _fields(name: str, data: Any, keys: tuple[str, ...]) -> dict:
     if missing:
         where = f"{name}.{missing[0]}" if name else missing[0]
         raise SpecError(where, "missing", f"add {missing[0]!r} (keys: {', '.join(keys)})")
-    unknown = sorted(set(data) - set(keys))
+    unknown = sorted(set(data) - set(keys) - set(optional))
     if unknown:
         where = f"{name}.{unknown[0]}" if name else unknown[0]
-        raise SpecError(where, "unknown key",
-                        f"remove it or put it in provenance/params (keys: {', '.join(keys)})")
+        raise SpecError(where, "unknown key", "remove it or put it in provenance/params "
+                        f"(keys: {', '.join(keys + optional)})")
     return dict(data)
 
 
@@ -125,6 +127,12 @@ class IterationRecord:
     ``[start, comm_start)`` is compute, ``[comm_start, comm_end]`` communication
     (what overlap is measured on), ``(comm_end, end)`` any tail before the next
     iteration.  ``bytes`` is what the job sent in this iteration.
+
+    Optional, where the backend can see them (netns and real hosts: TCP_INFO of the
+    job's sending sockets): ``retransmits``, the segments the job retransmitted in
+    this iteration, and ``rtos``, how many retransmission timeouts fired among them
+    (one timeout costs at least the 200 ms minimum RTO on Linux, i.e. often a whole
+    iteration).  They explain slow iterations; no metric depends on them.
     """
 
     index: int
@@ -133,10 +141,15 @@ class IterationRecord:
     comm_end: float
     end: float
     bytes: int
+    retransmits: int | None = None
+    rtos: int | None = None
 
     def __post_init__(self) -> None:
         _count("index", self.index)
         _count("bytes", self.bytes)
+        for name in ("retransmits", "rtos"):
+            if getattr(self, name) is not None:
+                _count(name, getattr(self, name))
         for name in ("start", "comm_start", "comm_end", "end"):
             object.__setattr__(self, name, _number(name, getattr(self, name)))
         order = "times must satisfy start <= comm_start <= comm_end <= end (seconds since t0)"
@@ -157,12 +170,17 @@ class IterationRecord:
         return self.comm_end - self.comm_start
 
     def to_dict(self) -> dict:
-        return {"index": self.index, "start": self.start, "comm_start": self.comm_start,
-                "comm_end": self.comm_end, "end": self.end, "bytes": self.bytes}
+        out = {"index": self.index, "start": self.start, "comm_start": self.comm_start,
+               "comm_end": self.comm_end, "end": self.end, "bytes": self.bytes}
+        for name in ("retransmits", "rtos"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
 
     @classmethod
     def from_dict(cls, data: Any) -> IterationRecord:
-        d = _fields("", data, ("index", "start", "comm_start", "comm_end", "end", "bytes"))
+        d = _fields("", data, ("index", "start", "comm_start", "comm_end", "end", "bytes"),
+                    optional=("retransmits", "rtos"))
         return cls(**d)
 
 

@@ -67,7 +67,8 @@ _AVAILABLE_CC = "/proc/sys/net/ipv4/tcp_available_congestion_control"
 #   156 data_segs_out, 160 delivery_rate (u64), 168 busy_time, 176 rwnd_limited,
 #   184 sndbuf_limited, 192 delivered, 196 delivered_ce, 200 bytes_sent (u64),
 #   208 bytes_retrans (u64), 216 dsack_dups, 220 reord_seen, 224 rcv_ooopack,
-#   228 snd_wnd.
+#   228 snd_wnd, 232 rcv_wnd, 236 rehash, 240 total_rto (u16, Linux 6.7),
+#   242 total_rto_recoveries (u16), 244 total_rto_time (ms).
 _TCP_INFO_FIELDS: tuple[tuple[str, int, str], ...] = (
     ("state", 0, "B"),
     ("ca_state", 1, "B"),
@@ -91,6 +92,8 @@ _TCP_INFO_FIELDS: tuple[tuple[str, int, str], ...] = (
     ("delivered_ce", 196, "I"),
     ("bytes_sent", 200, "Q"),
     ("bytes_retrans", 208, "Q"),
+    ("total_rto", 240, "H"),
+    ("total_rto_time_ms", 244, "I"),
 )
 # notsent_bytes (Linux 4.6) is the newest field we cannot do without.
 _TCP_INFO_MIN_LEN = 148
@@ -129,6 +132,8 @@ class TcpInfo:
     delivered_ce: int
     bytes_sent: int
     bytes_retrans: int
+    total_rto: int            # retransmission timeouts so far (Linux >= 6.7, else 0)
+    total_rto_time_ms: int    # time spent recovering from them (Linux >= 6.7, else 0)
 
 
 def parse_tcp_info(buf: bytes) -> TcpInfo:

@@ -158,6 +158,16 @@ def timed_job(name: str, durations: list[float]) -> JobTrace:
     return JobTrace(name, ("L",), tuple(recs))
 
 
+def test_loss_counts_sum_and_know_when_they_are_missing() -> None:
+    recs = [IterationRecord(0, 0.0, 0.5, 1.0, 1.0, 10, retransmits=7, rtos=0),
+            IterationRecord(1, 1.0, 1.5, 2.0, 2.0, 10, retransmits=3, rtos=1)]
+    assert m.loss_counts(JobTrace("a", ("L",), tuple(recs))) == {"retransmits": 10, "rtos": 1}
+    # One iteration without the counters: a sum would undercount, so there is none.
+    partial = (*recs, IterationRecord(2, 2.0, 2.5, 3.0, 3.0, 10))
+    assert m.loss_counts(JobTrace("a", ("L",), partial)) == {"retransmits": None, "rtos": None}
+    assert m.loss_counts(job("b", [(0.5, 1.0)])) == {"retransmits": None, "rtos": None}
+
+
 def test_iteration_stats() -> None:
     # times 1, 2, 3, 4, 10: mean 4, median 3; p99 linear: position 0.99 * 4 = 3.96
     # -> 4 + 0.96 * (10 - 4) = 9.76.
@@ -305,6 +315,6 @@ def test_summarize_is_json_and_complete() -> None:
     assert s["links"]["idle"]["reference_job"] is None
     assert set(ja) == {"iterations", "measured_iterations", "mean", "p50", "p99",
                        "dedicated_mean", "ratio_to_dedicated", "indices", "overlap",
-                       "convergence_iteration", "comm_throughput_bps"}
+                       "convergence_iteration", "comm_throughput_bps", "retransmits", "rtos"}
     no_ded = m.summarize(t)
     assert no_ded["jobs"]["a"]["ratio_to_dedicated"] is None

@@ -49,6 +49,9 @@ def test_one_short_run_per_scheme(clean_datapath, scenario, scheme):
     for job in trace.jobs:
         assert [it.index for it in job.iterations] == [0, 1, 2]
         assert all(it.bytes == 2 * 10_000_000 for it in job.iterations)
+        # TCP_INFO of the job's senders: counted per iteration (this kernel has total_rto).
+        assert all(it.retransmits is not None and it.rtos is not None for it in job.iterations)
+        assert all(it.rtos <= it.retransmits for it in job.iterations)
         # Each ring crosses the bottleneck in both directions.
         assert set(job.links) == {"bottleneck:swL->swR", "bottleneck:swR->swL"}
     for link in trace.links:

@@ -79,12 +79,24 @@ def test_load_rejects_non_json(tmp_path: Path) -> None:
     ((0, 0.0, 0.5, 1.0, 2.0, -1), "bytes"),
     ((-1, 0.0, 0.5, 1.0, 2.0, 1), "index"),
     ((0, float("nan"), 0.5, 1.0, 2.0, 1), "start"),
+    ((0, 0.0, 0.5, 1.0, 2.0, 1, -3), "retransmits"),
+    ((0, 0.0, 0.5, 1.0, 2.0, 1, 4, 1.5), "rtos"),
 ])
 def test_iteration_record_validation_names_field(args: tuple, field: str) -> None:
     with pytest.raises(SpecError) as err:
         IterationRecord(*args)
     assert err.value.field == field
     assert str(err.value).startswith(f"{field}: ")
+
+
+def test_loss_counters_are_optional_and_round_trip() -> None:
+    plain = IterationRecord(0, 0.0, 0.1, 0.2, 0.2, 100)
+    assert "retransmits" not in plain.to_dict()           # absent, not null: older readers
+    lossy = IterationRecord(0, 0.0, 0.1, 0.2, 0.2, 100, retransmits=12, rtos=1)
+    assert IterationRecord.from_dict(lossy.to_dict()) == lossy
+    assert IterationRecord.from_dict(plain.to_dict()) == plain
+    with pytest.raises(SpecError, match="rto"):
+        IterationRecord.from_dict({**plain.to_dict(), "rto": 1})   # a typo is not ignored
 
 
 def test_equal_boundaries_are_valid() -> None:
