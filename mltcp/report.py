@@ -14,11 +14,13 @@ report.json:
                     ratio_to_dedicated {per_seed, mean}, iteration_time {mean, p50, p99},
                     overlap_last {mean}, utilisation {mean}, drops, ecn_marks,
                     retransmits_per_iteration, rtos (null where not recorded),
-                    speedup {baseline, mean, p99} | null}},
+                    speedup {baseline, mean, p99} | null,
+                    speedup_vs_standard {standard scheme: {mean, p99} | null} | null}},
     runs {"<scheme>/seed<N>": mltcp.metrics.summarize(...)}
 Speed-ups compare each MLTCP scheme with the standard scheme of the same congestion
 control (else the first standard scheme): baseline mean (or p99) iteration time over
-the scheme's, so > 1 means faster.
+the scheme's, so > 1 means faster.  ``speedup_vs_standard`` gives the same ratios
+against every standard scheme of the scenario (e.g. MLTCP-Reno over standard cubic).
 """
 
 from __future__ import annotations
@@ -98,6 +100,14 @@ def _losses(summaries: list[dict]) -> dict[str, float | int | None]:
             "rtos": sum(j["rtos"] for j in jobs)}
 
 
+def _speedup(base: dict, block: dict) -> dict[str, float] | None:
+    """Baseline over scheme iteration time, mean and p99 (> 1: the scheme is faster)."""
+    b, m = base["iteration_time"], block["iteration_time"]
+    if not (b["mean"] and m["mean"] and b["p99"] and m["p99"]):
+        return None
+    return {"mean": b["mean"] / m["mean"], "p99": b["p99"] / m["p99"]}
+
+
 def _baseline(name: str, params: dict[str, dict]) -> str | None:
     mine = params[name]
     if not mine.get("mltcp"):
@@ -122,13 +132,14 @@ def build_report(out_dir: str | Path, threshold: float = metrics.DEFAULT_THRESHO
     params = {name: ts[0].params for name, ts in by_scheme.items()}
     schemes = {name: _scheme_block(ts, [summaries[f"{name}/seed{t.seed}"] for t in ts])
                for name, ts in by_scheme.items()}
+    standard = [n for n, p in params.items() if not p.get("mltcp")]
     for name, block in schemes.items():
         base = _baseline(name, params)
-        block["speedup"] = None
-        if base and schemes[base]["iteration_time"]["mean"] and block["iteration_time"]["mean"]:
-            b, m = schemes[base]["iteration_time"], block["iteration_time"]
-            block["speedup"] = {"baseline": base, "mean": b["mean"] / m["mean"],
-                                "p99": b["p99"] / m["p99"]}
+        block["speedup"] = ({"baseline": base, **_speedup(schemes[base], block)}
+                            if base and _speedup(schemes[base], block) else None)
+        block["speedup_vs_standard"] = (
+            {std: _speedup(schemes[std], block) for std in standard}
+            if params[name].get("mltcp") else None)
     report = {
         "schema": SCHEMA, "scenario": runs[0].scenario, "provenance": runs[0].provenance,
         "settings": {"threshold": threshold, "k": k}, "dedicated_means": dedicated_means,
@@ -161,6 +172,23 @@ def table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _speedup_lines(report: dict) -> list[str]:
+    """Each MLTCP scheme against every standard scheme (mean / p99), as a small table."""
+    mltcp_schemes = {n: s["speedup_vs_standard"] for n, s in report["schemes"].items()
+                     if s.get("speedup_vs_standard")}
+    if not mltcp_schemes:
+        return []
+    standard = sorted({std for v in mltcp_schemes.values() for std in v})
+    lines = ["Speed-up over each standard scheme (mean / p99 iteration time):", "",
+             "| scheme | " + " | ".join(f"vs {std}" for std in standard) + " |",
+             "|---|" + "---|" * len(standard)]
+    for name, versus in mltcp_schemes.items():
+        cells = [f"{versus[std]['mean']:.2f}x / {versus[std]['p99']:.2f}x" if versus.get(std)
+                 else "-" for std in standard]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def markdown(report: dict) -> str:
     prov = report["provenance"]
     ded = report["dedicated_means"]
@@ -172,6 +200,7 @@ def markdown(report: dict) -> str:
         f"{report['settings']['k']} consecutive iterations. Dedicated-link iteration "
         f"times: {ded_text}.", "",
         table(report), "",
+        *_speedup_lines(report),
         f"git {prov.get('git_sha', '?')[:12]}{' (dirty)' if prov.get('git_dirty') else ''}, "
         f"kernel {prov.get('kernel', '?')}, {prov.get('time_utc', '')}", "",
         "![timeline](timeline.png) ![overlap](overlap.png) ![cdf](cdf.png)", ""])

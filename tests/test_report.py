@@ -19,9 +19,10 @@ def _job(name: str, period: float, comm: float, offset: float, n: int = 10) -> J
     return JobTrace(name, ("bottleneck",), tuple(its))
 
 
-def _trace(scheme: str, seed: int, jobs: tuple[JobTrace, ...], mltcp: bool) -> Trace:
+def _trace(scheme: str, seed: int, jobs: tuple[JobTrace, ...], mltcp: bool,
+           cc: str = "cubic") -> Trace:
     return Trace(scenario="toy", scheme=scheme, backend="test", seed=seed, jobs=jobs,
-                 params={"name": scheme, "cc": "cubic", "mltcp": mltcp})
+                 params={"name": scheme, "cc": cc, "mltcp": mltcp})
 
 
 @pytest.fixture
@@ -53,11 +54,27 @@ def test_report_aggregates_schemes_and_compares_with_the_standard(run_dir):
     assert std["overlap_last"]["mean"] == pytest.approx(1.0)
     assert ml["overlap_last"]["mean"] == pytest.approx(0.0)
     assert std["speedup"] is None
+    assert (std["retransmits_per_iteration"], std["rtos"]) == (None, None)   # not recorded
     assert ml["speedup"] == {"baseline": "cubic", "mean": pytest.approx(1.5),
                              "p99": pytest.approx(1.5)}
     assert json.loads((run_dir / "report.json").read_text())["schema"] == "mltcp.report/1"
     for name in ("timeline.png", "overlap.png", "cdf.png", "summary.md"):
         assert (run_dir / name).stat().st_size > 0
+
+
+def test_mltcp_is_also_compared_with_every_other_standard_scheme(run_dir):
+    for seed in (0, 1):   # standard reno: 0.4 s iterations, so mltcp-cubic is 2x faster
+        _trace("reno", seed, (_job("a", 0.4, 0.2, 0), _job("b", 0.4, 0.2, 0)), False,
+               cc="reno").save(run_dir / "traces" / f"reno-seed{seed}.json")
+    report = build_report(run_dir)
+    ml = report["schemes"]["mltcp-cubic"]
+    assert ml["speedup"]["baseline"] == "cubic"             # same congestion control first
+    assert ml["speedup_vs_standard"] == {
+        "cubic": {"mean": pytest.approx(1.5), "p99": pytest.approx(1.5)},
+        "reno": {"mean": pytest.approx(2.0), "p99": pytest.approx(2.0)}}
+    assert report["schemes"]["reno"]["speedup_vs_standard"] is None
+    summary = (run_dir / "summary.md").read_text()
+    assert "| mltcp-cubic | 1.50x / 1.50x | 2.00x / 2.00x |" in summary
 
 
 def test_table_has_one_row_per_scheme(run_dir):
