@@ -237,6 +237,14 @@ def _attach_markers(fab: Fabric, k_bytes: int) -> None:
                                                                 netns=fab.ns(port.node))
 
 
+def idle_gap_ms(compute_ms: float) -> float:
+    """The silence that ends an MLTCP job's iteration: a quarter of the compute phase,
+    within 5..50 ms.  The testbed knows the compute time; a fixed 5 ms would also end
+    iterations on the few-ms stalls of a busy emulation host (a starved receiver empties
+    the pipe just as compute does), resetting F in the middle of communication."""
+    return min(max(compute_ms / 4, 5.0), 50.0)
+
+
 def _attach_workers(job: ScenarioJob, scheme: Scheme, fab: Fabric, hosts: tuple[str, ...],
                     port: int) -> list[str]:
     names = []
@@ -246,7 +254,8 @@ def _attach_workers(job: ScenarioJob, scheme: Scheme, fab: Fabric, hosts: tuple[
         name = f"{JOB_PREFIX}{job.name}-w{i}"
         jobs.attach(jobs.JobSpec(name=name, cc=scheme.cc, budget=job.comm_bytes_per_worker(),
                                  slope=agg.slope, intercept=agg.intercept, cap=agg.cap,
-                                 stale_s=0, rules=(maps.Rule(fab.host_addr(succ), port),)))
+                                 gap_ms=idle_gap_ms(job.compute_ms), stale_s=0,
+                                 rules=(maps.Rule(fab.host_addr(succ), port),)))
         names.append(name)
     return names
 

@@ -172,3 +172,9 @@ mltcp = true
         assert (out / name).stat().st_size > 0
     assert "| mltcp-reno |" in (out / "summary.md").read_text()
     _no_leftovers()
+
+
+def test_idle_gap_follows_the_compute_time_within_bounds():
+    assert testbed.idle_gap_ms(120) == 30       # compatible-pair: a quarter of compute
+    assert testbed.idle_gap_ms(8) == 5          # never below the datapath's default
+    assert testbed.idle_gap_ms(1000) == 50      # long compute: a stall is still not a gap
