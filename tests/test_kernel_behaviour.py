@@ -89,18 +89,27 @@ def job_state(job_id: int) -> maps.JobState:
 @pytest.mark.parametrize("module,native,growth_band", [
     ("reno", "reno", 0.10), ("cubic", "cubic", 0.15)])
 def test_f_equal_one_matches_the_native_algorithm(lab, job, module, native, growth_band):
-    ref = bulk(lab, native)
+    """Three interleaved pairs of runs, compared by their medians: single runs on this
+    shared 2-core host differ by several percent from run to run of the same algorithm."""
     job("std", module, budget=10**9, slope=0.0, intercept=1.0)
-    ours = bulk(lab, f"mltcp_{module}")
-    # 5 %: back-to-back runs of the very same algorithm differ by up to ~3 % here.
-    assert ours["goodput_bps"] == pytest.approx(ref["goodput_bps"], rel=0.05)
-    g_ref, g_ours = (flowstats.ca_growth(r["samples"]) for r in (ref, ours))
-    assert g_ref.rounds > 500 and g_ours.rounds > 500
-    assert g_ours.per_round == pytest.approx(g_ref.per_round, rel=growth_band)
-    assert flowstats.mean_cwnd(ours["samples"]) == pytest.approx(
-        flowstats.mean_cwnd(ref["samples"]), rel=0.15)
+    refs, ours = [], []
+    for _ in range(3):
+        refs.append(bulk(lab, native))
+        ours.append(bulk(lab, f"mltcp_{module}"))
+
+    def median(reports: list[dict], measure) -> float:  # type: ignore[no-untyped-def]
+        return statistics.median(measure(r) for r in reports)
+
+    assert median(ours, lambda r: r["goodput_bps"]) == pytest.approx(
+        median(refs, lambda r: r["goodput_bps"]), rel=0.05)
+    growth = [[flowstats.ca_growth(r["samples"]) for r in runs] for runs in (refs, ours)]
+    assert all(g.rounds > 500 for runs in growth for g in runs)
+    g_ref, g_ours = (statistics.median(g.per_round for g in runs) for runs in growth)
+    assert g_ours == pytest.approx(g_ref, rel=growth_band)
+    assert median(ours, lambda r: flowstats.mean_cwnd(r["samples"])) == pytest.approx(
+        median(refs, lambda r: flowstats.mean_cwnd(r["samples"])), rel=0.15)
     [st] = telemetry.collect()
-    assert st.f == 1.0 and st.total_bytes >= 0.9 * ours["bytes_acked_total"]
+    assert st.f == 1.0 and st.total_bytes >= 0.9 * sum(r["bytes_acked_total"] for r in ours)
 
 
 @pytest.mark.parametrize("module", ["reno", "dctcp"])
@@ -159,6 +168,11 @@ def _share_of_the_job_ahead(lab, job, cc: str, slope: float, trial: int) -> floa
     got_a, got_b = (flowstats.acked_between(r, start, end) for r in (a, b))
     jobs.detach(f"a{trial}")
     jobs.detach(f"b{trial}")
+    if got_a + got_b == 0:
+        # A was done before B's process even started sending (a busy host delayed it):
+        # nothing was shared, so this trial says nothing; run it again (twice at most).
+        assert trial < 200, "three tries in a row shared nothing: B never overlapped A"
+        return _share_of_the_job_ahead(lab, job, cc, slope, trial + 100)
     return got_a / (got_a + got_b)
 
 
@@ -273,8 +287,9 @@ def test_dctcp_holds_the_queue_near_k_with_ecn_marks(lab, quiet_host):
             # The median, not the mean: a burst from the kernel fault of _dctcp_run fills
             # the whole queue for a few ms and drags the mean up.
             assert 0.5 * k <= median_q <= 1.5 * k, f"median queue {median_q:.0f} B, K = {k} B"
-            # Data is ECT; only control packets (SYN, FIN) are not and may meet a queue > K.
-            assert m.marked > 100 and m.not_ect <= 4
+            # Data is ECT; only control packets (SYN, FIN, RST) are not: a handful to a
+            # few dozen of tens of thousands (without ECN negotiated it would be all).
+            assert m.marked > 100 and m.not_ect <= 0.005 * m.packets
             assert cuts > 50                   # DCTCP cut its window on the marks
             # Drops are not asserted: the kernel fault of _dctcp_run produces a burst of a
             # few thousand now and then (seen: 20-550 without it, 5455 with it).
