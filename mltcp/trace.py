@@ -30,16 +30,18 @@ import math
 import platform
 import socket
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 import mltcp
 from mltcp.errors import SpecError
+
+T = TypeVar("T")
 
 SCHEMA = "mltcp.trace/1"
 
@@ -109,6 +111,15 @@ def _fields(name: str, data: Any, keys: tuple[str, ...],
         raise SpecError(where, "unknown key", "remove it or put it in provenance/params "
                         f"(keys: {', '.join(keys + optional)})")
     return dict(data)
+
+
+def _each(name: str, value: Any, parse: Callable[[Any], T]) -> tuple[T, ...]:
+    """Parse every element of the JSON array ``name``; an error names ``name[i]``."""
+    out = []
+    for i, item in enumerate(_list(name, value)):
+        with _within(f"{name}[{i}]"):
+            out.append(parse(item))
+    return tuple(out)
 
 
 def _list(name: str, value: Any) -> list:
@@ -239,12 +250,8 @@ class JobTrace:
     @classmethod
     def from_dict(cls, data: Any) -> JobTrace:
         d = _fields("", data, ("name", "links", "iterations"))
-        records = []
-        for i, item in enumerate(_list("iterations", d["iterations"])):
-            with _within(f"iterations[{i}]"):
-                records.append(IterationRecord.from_dict(item))
         return cls(name=d["name"], links=tuple(_list("links", d["links"])),
-                   iterations=tuple(records))
+                   iterations=_each("iterations", d["iterations"], IterationRecord.from_dict))
 
 
 @dataclass(frozen=True)
@@ -332,11 +339,8 @@ class LinkTrace:
     @classmethod
     def from_dict(cls, data: Any) -> LinkTrace:
         d = _fields("", data, ("id", "capacity_bps", "samples"))
-        samples = []
-        for i, item in enumerate(_list("samples", d["samples"])):
-            with _within(f"samples[{i}]"):
-                samples.append(LinkSample.from_dict(item))
-        return cls(id=d["id"], capacity_bps=d["capacity_bps"], samples=tuple(samples))
+        return cls(id=d["id"], capacity_bps=d["capacity_bps"],
+                   samples=_each("samples", d["samples"], LinkSample.from_dict))
 
 
 @dataclass(frozen=True)
@@ -423,16 +427,9 @@ class Trace:
                             f"load it with the mltcp version that wrote it, or convert it to "
                             f"{SCHEMA}")
         d = _fields("", data, keys)
-        jobs = []
-        for i, item in enumerate(_list("jobs", d["jobs"])):
-            with _within(f"jobs[{i}]"):
-                jobs.append(JobTrace.from_dict(item))
-        links = []
-        for i, item in enumerate(_list("links", d["links"])):
-            with _within(f"links[{i}]"):
-                links.append(LinkTrace.from_dict(item))
         return cls(scenario=d["scenario"], scheme=d["scheme"], backend=d["backend"],
-                   seed=d["seed"], jobs=tuple(jobs), links=tuple(links),
+                   seed=d["seed"], jobs=_each("jobs", d["jobs"], JobTrace.from_dict),
+                   links=_each("links", d["links"], LinkTrace.from_dict),
                    provenance=d["provenance"], params=d["params"])
 
     def save(self, path: str | Path) -> Path:
