@@ -135,8 +135,8 @@ def build_report(out_dir: str | Path, threshold: float = metrics.DEFAULT_THRESHO
     standard = [n for n, p in params.items() if not p.get("mltcp")]
     for name, block in schemes.items():
         base = _baseline(name, params)
-        block["speedup"] = ({"baseline": base, **_speedup(schemes[base], block)}
-                            if base and _speedup(schemes[base], block) else None)
+        versus_base = _speedup(schemes[base], block) if base else None
+        block["speedup"] = {"baseline": base, **versus_base} if versus_base else None
         block["speedup_vs_standard"] = (
             {std: _speedup(schemes[std], block) for std in standard}
             if params[name].get("mltcp") else None)
