@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from mltcp.aggressiveness import PRESETS, Aggressiveness
 from mltcp.budget import Collective, JobDescription, parse_bytes
@@ -285,6 +285,7 @@ def _leaf_spine_link_mbit(
     return hosts_per_leaf * host_link_mbit / oversubscription / spines
 
 
+
 @dataclass(frozen=True)
 class ScenarioJob:
     """One synthetic training job: compute, then exchange its gradient, ``iterations`` times.
@@ -371,6 +372,18 @@ class Scheme:
         return out
 
 
+_Named = TypeVar("_Named", ScenarioJob, Scheme)
+
+
+def _named(items: tuple[_Named, ...], name: str, field: str, what: str) -> _Named:
+    """The entry called ``name``; an unknown name is an error that lists the known ones."""
+    for item in items:
+        if item.name == name:
+            return item
+    names = ", ".join(x.name for x in items)
+    raise SpecError(field, f"unknown {what} {name!r}", f"use one of: {names}")
+
+
 @dataclass(frozen=True)
 class Scenario:
     """A whole experiment: the network, the jobs, the schemes to compare, the seeds."""
@@ -383,18 +396,10 @@ class Scenario:
     schemes: tuple[Scheme, ...]
 
     def job(self, name: str) -> ScenarioJob:
-        for job in self.jobs:
-            if job.name == name:
-                return job
-        names = ", ".join(j.name for j in self.jobs)
-        raise SpecError("jobs", f"unknown job {name!r}", f"use one of: {names}")
+        return _named(self.jobs, name, "jobs", "job")
 
     def scheme(self, name: str) -> Scheme:
-        for scheme in self.schemes:
-            if scheme.name == name:
-                return scheme
-        names = ", ".join(s.name for s in self.schemes)
-        raise SpecError("schemes", f"unknown scheme {name!r}", f"use one of: {names}")
+        return _named(self.schemes, name, "schemes", "scheme")
 
     def with_schemes(self, names: Iterable[str]) -> Scenario:
         """A copy that runs only the named schemes (kept in the scenario's order)."""
