@@ -260,9 +260,10 @@ def _attach_workers(job: ScenarioJob, scheme: Scheme, fab: Fabric, hosts: tuple[
     return names
 
 
-def _leftover_drivers() -> list[int]:
-    """PIDs of job drivers (python -m mltcp.jobdriver) whose testbed is gone: orphans,
-    re-parented to init.  A running testbed's drivers are its children and are left alone."""
+def job_driver_pids(orphans_only: bool = True) -> list[int]:
+    """PIDs of job drivers (python -m mltcp.jobdriver) on this host.  ``orphans_only``:
+    those whose testbed is gone, re-parented to init; a running testbed's drivers are
+    its children and are left alone."""
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -272,7 +273,7 @@ def _leftover_drivers() -> list[int]:
             ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
-        if DRIVER_MODULE.encode() in argv[:4] and ppid == 1:
+        if DRIVER_MODULE.encode() in argv[:4] and (ppid == 1 or not orphans_only):
             pids.append(int(proc.name))
     return pids
 
@@ -285,7 +286,7 @@ def clean() -> list[str]:
     from mltcp.netns import cleanup_leftovers
 
     removed = []
-    for pid in _leftover_drivers():
+    for pid in job_driver_pids():
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
             removed.append(f"job driver process {pid}")

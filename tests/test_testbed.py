@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import subprocess
 import sys
 import time
 from importlib import resources
-from pathlib import Path
 
 import pytest
 
 from mltcp import datapath, jobs, maps, metrics, testbed
 from mltcp.errors import MltcpError
-from mltcp.jobdriver import DRIVER_MODULE
 from mltcp.netns import list_netns
 from mltcp.scenario import load_scenario
 
@@ -89,13 +86,7 @@ def test_testbed_clean_removes_what_a_killed_run_left(clean_datapath):
 
 def _drivers() -> list[int]:
     """Every job driver process on the host (orphaned or not)."""
-    out = []
-    for proc in Path("/proc").iterdir():
-        with contextlib.suppress(OSError):
-            if proc.name.isdigit() and DRIVER_MODULE.encode() in (
-                    proc / "cmdline").read_bytes().split(b"\0"):
-                out.append(int(proc.name))
-    return out
+    return testbed.job_driver_pids(orphans_only=False)
 
 
 def test_a_killed_run_takes_its_drivers_along_and_clean_removes_the_rest(clean_datapath,
