@@ -134,13 +134,14 @@ def test_single_flow_goodput_near_htb_rate(net: Dumbbell) -> None:
     assert after.packets > before.packets
 
 
-def test_two_senders_share_the_bottleneck(quiet_host) -> None:
-    """Both senders get a real share of one bottleneck.
+def _overlap_s(reps: list[dict]) -> float:
+    """Seconds during which every sender was sending (CLOCK_MONOTONIC is host-wide)."""
+    start = max(r["t0_monotonic"] for r in reps)
+    end = min(r["t0_monotonic"] + r["duration_s"] for r in reps)
+    return max(0.0, end - start)
 
-    Uses a 100-packet (150 KB, 1.2 ms) buffer: behind the default 1000-packet
-    (12 ms) buffer only a handful of loss events happen in 3 s, so two CUBIC
-    flows keep their slow-start split (measured up to 77/23) for the whole run.
-    """
+
+def _two_sender_trial() -> tuple[list[dict], int]:
     spec = BottleneckSpec(rate_mbit=RATE_MBIT, queue_packets=100)
     with Dumbbell(n_senders=2, bottleneck=spec) as net:
         sink = net.run(net.receivers[0], traffic("sink", "--port", "5001"),
@@ -148,11 +149,34 @@ def test_two_senders_share_the_bottleneck(quiet_host) -> None:
         assert json.loads(sink.stdout.readline())["event"] == "listening"
         procs = [send(net, h.name, "--duration", "3", "--cc", "cubic") for h in net.senders]
         reps = [report(p) for p in procs]
-        drops = net.tc_stats().drops
+        return reps, net.tc_stats().drops
+
+
+def test_two_senders_share_the_bottleneck(quiet_host) -> None:
+    """Both senders get a real share of one bottleneck.
+
+    Uses a 100-packet (150 KB, 1.2 ms) buffer: behind the default 1000-packet
+    (12 ms) buffer only a handful of loss events happen in 3 s, so two CUBIC
+    flows keep their slow-start split (measured up to 77/23) for the whole run.
+    The senders are separate Python processes; on a loaded host one can start a
+    second late (CI once saw 0.65 + 0.65 Gbit/s: they barely overlapped), so a
+    trial in which they overlapped for less than 2.5 of their 3 s is re-run.
+    """
+    for _ in range(3):
+        reps, drops = _two_sender_trial()
+        if _overlap_s(reps) >= 2.5:
+            break
+    else:
+        pytest.fail(f"the two senders never overlapped 2.5 s in 3 trials: {reps}")
     rates = [r["goodput_bps"] for r in reps]
     total = sum(rates)
     # >= 0.7: Python senders at 1 Gbit/s share 2 busy cores with the emulated network.
-    assert 0.7 <= total / (RATE_MBIT * 1e6) <= 0.99, rates
+    assert total / (RATE_MBIT * 1e6) >= 0.7, rates
+    # Together they never beat the shaper over the time either was sending.
+    union_s = max(r["t0_monotonic"] + r["duration_s"] for r in reps) - min(
+        r["t0_monotonic"] for r in reps)
+    acked = sum(r["bytes_acked_total"] for r in reps)
+    assert acked * 8 / union_s / (RATE_MBIT * 1e6) <= 0.99, (rates, union_s)
     for r in rates:
         assert 0.25 <= r / total <= 0.75, rates
     assert drops > 0  # they really contended for the shared queue
