@@ -22,10 +22,10 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections import deque
 from dataclasses import dataclass, field
 
 from mltcp.errors import SpecError
+from mltcp.graph import LinkSpec, NetworkGraph, dumbbell_graph, leaf_spine_graph
 from mltcp.netns import (
     _HTB_CLASS_MINOR,
     _HTB_QUANTUM_BYTES,
@@ -45,17 +45,6 @@ from mltcp.netns import (
 )
 
 HTB_BURST_BYTES = 500_000
-
-
-@dataclass(frozen=True)
-class LinkSpec:
-    """An undirected link; shaped (both directions) when rate_mbit is set."""
-
-    id: str
-    a: str
-    b: str
-    rate_mbit: float | None = None
-    queue_packets: int = 100
 
 
 @dataclass
@@ -82,14 +71,7 @@ class Fabric:
                  prefix: str | None = None, gso_max_segs: int | None = 1,
                  rto_min_ms: float | None = None) -> None:
         require_netns()
-        nodes = [*hosts, *switches]
-        if len(set(nodes)) != len(nodes):
-            raise SpecError("nodes", "duplicate node names", "give every host/switch its own name")
-        for link in links:
-            for end in (link.a, link.b):
-                if end not in nodes:
-                    raise SpecError(f"links.{link.id}", f"unknown node {end!r}",
-                                    "connect only declared hosts and switches")
+        self.graph = NetworkGraph(list(hosts), list(switches), list(links))
         if len(links) > 250:
             raise SpecError("links", f"{len(links)} links", "use at most 250 links")
         self.hosts, self.switches, self.links = list(hosts), list(switches), list(links)
@@ -170,39 +152,21 @@ class Fabric:
                 for port in self.ports[link.id]:
                     _tc_batch(self.ns(port.node), self._htb(port.dev, link))
 
-    def _neighbours(self, node: str) -> list[tuple[str, Port]]:
-        out = []
-        for a_port, b_port in self.ports.values():
-            if a_port.node == node:
-                out.append((b_port.node, a_port))
-            elif b_port.node == node:
-                out.append((a_port.node, b_port))
-        return out
+    def _port(self, link: LinkSpec, node: str) -> Port:
+        """The end of ``link`` in ``node``."""
+        a_port, b_port = self.ports[link.id]
+        return a_port if a_port.node == node else b_port
 
     def distances(self, target: str) -> dict[str, int]:
         """Hops from every node to `target` (hosts do not forward)."""
-        dist = {target: 0}
-        queue = deque([target])
-        while queue:
-            cur = queue.popleft()
-            for nxt, _ in self._neighbours(cur):
-                # Hosts do not forward: paths go through switches only.
-                if nxt not in dist and (cur == target or cur in self.switches):
-                    dist[nxt] = dist[cur] + 1
-                    queue.append(nxt)
-        return dist
+        return self.graph.distances(target)
 
     def _routes(self, node: str) -> list[str]:
         lines = []
         for host in self.hosts:
             if host == node:
                 continue
-            dist = self.distances(host)
-            if node not in dist:
-                raise SpecError("links", f"{node} cannot reach {host}", "connect the fabric")
-            hops = [port for nxt, port in self._neighbours(node)
-                    if nxt in dist and dist[nxt] == dist[node] - 1
-                    and (nxt == host or nxt in self.switches)]
+            hops = [self._port(link, node) for _, link in self.graph.next_hops(node, host)]
             addr = self.host_addr(host)
             # Data centres lower the 200 ms minimum RTO; a per-route rto_min does that
             # for the hosts' routes (switches do not terminate TCP).
@@ -257,33 +221,20 @@ class Fabric:
         self.close()
 
 
+def from_graph(graph: NetworkGraph, **kw: object) -> Fabric:
+    """Build ``graph`` out of namespaces (see Fabric for the keyword options)."""
+    return Fabric(graph.hosts, graph.switches, graph.links, **kw)  # type: ignore[arg-type]
+
+
 def dumbbell(hosts: int, bottleneck_mbit: float, queue_packets: int,
              host_link_mbit: float | None = None, **kw: object) -> Fabric:
     """h1..h(n/2) on switch L, the rest on switch R, one shaped link L-R ("bottleneck")."""
-    names = [f"h{i}" for i in range(1, hosts + 1)]
-    half = (hosts + 1) // 2
-    links = [LinkSpec(f"{h}-access", h, "swL" if i < half else "swR", host_link_mbit,
-                      queue_packets) for i, h in enumerate(names)]
-    links.append(LinkSpec("bottleneck", "swL", "swR", bottleneck_mbit, queue_packets))
-    return Fabric(names, ["swL", "swR"], links, **kw)  # type: ignore[arg-type]
+    return from_graph(dumbbell_graph(hosts, bottleneck_mbit, queue_packets, host_link_mbit),
+                      **kw)
 
 
 def leaf_spine(leaves: int, spines: int, hosts_per_leaf: int, host_link_mbit: float,
                oversubscription: float, queue_packets: int, **kw: object) -> Fabric:
-    """Hosts on leaves, every leaf linked to every spine; uplinks sized for the
-    oversubscription: hosts_per_leaf * host_link / oversubscription over `spines` links."""
-    hosts, links = [], []
-    uplink = hosts_per_leaf * host_link_mbit / oversubscription / spines
-    n = 0
-    for leaf in range(1, leaves + 1):
-        for _ in range(hosts_per_leaf):
-            n += 1
-            hosts.append(f"h{n}")
-            links.append(LinkSpec(f"h{n}-access", f"h{n}", f"leaf{leaf}", host_link_mbit,
-                                  queue_packets))
-        for spine in range(1, spines + 1):
-            links.append(LinkSpec(f"leaf{leaf}-spine{spine}", f"leaf{leaf}", f"spine{spine}",
-                                  uplink, queue_packets))
-    switches = [f"leaf{i}" for i in range(1, leaves + 1)] + [f"spine{i}"
-                                                             for i in range(1, spines + 1)]
-    return Fabric(hosts, switches, links, **kw)  # type: ignore[arg-type]
+    """Hosts on leaves, every leaf linked to every spine (see graph.leaf_spine_graph)."""
+    return from_graph(leaf_spine_graph(leaves, spines, hosts_per_leaf, host_link_mbit,
+                                       oversubscription, queue_packets), **kw)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import random
 import re
 import tomllib
 from collections.abc import Iterable, Iterator, Mapping
@@ -372,6 +373,10 @@ class Scheme:
         return out
 
 
+# The dedicated-link baseline: each job alone, under standard cubic.
+DEDICATED = Scheme(name="dedicated", cc="cubic", mltcp=False)
+
+
 _Named = TypeVar("_Named", ScenarioJob, Scheme)
 
 
@@ -466,6 +471,15 @@ def placement(scenario: Scenario) -> dict[str, tuple[str, ...]]:
             cursors[seg] += 1
         out[job.name] = tuple(used)
     return out
+
+
+def start_offsets_ms(scenario: Scenario, seed: int) -> dict[str, float]:
+    """Every job's start, ms after time 0: its ``start_offset_ms`` plus a seeded jitter
+    of up to 1 ms.  The jitter breaks exact ties (two jobs that start together would
+    stay symmetric forever on a model) and differs between seeds; every backend uses
+    this one function so a seed means the same start on all of them."""
+    rng = random.Random(seed)
+    return {job.name: job.start_offset_ms + rng.uniform(0, 1.0) for job in scenario.jobs}
 
 
 def _too_many_workers(index: int, workers: int, hosts: int) -> tuple[str, str, str]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import random
 import subprocess
 import sys
 import tempfile
@@ -37,15 +36,15 @@ from pathlib import Path
 from mltcp import datapath, jobs, maps
 from mltcp.errors import MltcpError
 from mltcp.fabric import Fabric, dumbbell, leaf_spine
+from mltcp.graph import ring_link_ids
 from mltcp.jobdriver import DRIVER_MODULE, DriverSpec, WorkerSpec
-from mltcp.scenario import Scenario, ScenarioJob, Scheme, placement
+from mltcp.scenario import Scenario, ScenarioJob, Scheme, placement, start_offsets_ms
 from mltcp.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace, provenance
 
 JOB_PREFIX = "tb-"            # MLTCP jobs the testbed attaches (testbed clean removes them)
 BASE_PORT = 9000
 SAMPLE_S = 0.05
 SETUP_S = 1.0                 # head start for the drivers to connect before time 0
-DEDICATED = Scheme(name="dedicated", cc="cubic", mltcp=False)
 
 Progress = Callable[[str], None]
 
@@ -66,22 +65,6 @@ def _module(scheme: Scheme) -> tuple[str | None, str]:
     if scheme.mltcp or scheme.cc == "dctcp":
         return scheme.cc, f"mltcp_{scheme.cc}"
     return None, scheme.cc
-
-
-def _directed_link_ids(fab: Fabric, src: str, dst: str) -> list[str]:
-    """Shaped links (as 'id:from->to') on any shortest path from src to dst."""
-    dist_to_dst = fab.distances(dst)
-    dist_from_src = fab.distances(src)
-    total = dist_to_dst[src]
-    out = []
-    for link in fab.links:
-        if not link.rate_mbit:
-            continue
-        for a, b in ((link.a, link.b), (link.b, link.a)):
-            if (a in dist_from_src and b in dist_to_dst
-                    and dist_from_src[a] + 1 + dist_to_dst[b] == total):
-                out.append(f"{link.id}:{a}->{b}")
-    return out
 
 
 class _LinkSampler(threading.Thread):
@@ -148,7 +131,7 @@ def run_once(scenario: Scenario, scheme: Scheme, seed: int, only_job: str | None
         we_loaded = datapath.load([module])
     attached: list[str] = []
     places = placement(scenario)
-    rng = random.Random(seed)
+    offsets = start_offsets_ms(scenario, seed)
     try:
         with build_fabric(scenario) as fab:
             marked = scheme.cc == "dctcp"
@@ -164,16 +147,14 @@ def run_once(scenario: Scenario, scheme: Scheme, seed: int, only_job: str | None
                 port = BASE_PORT + index
                 workers = [WorkerSpec(f"/run/netns/{fab.ns(h)}", fab.host_addr(h), port)
                            for h in hosts]
-                job_links[job.name] = sorted({lid for i, h in enumerate(hosts)
-                                              for lid in _directed_link_ids(
-                                                  fab, h, hosts[(i + 1) % len(hosts)])})
+                job_links[job.name] = ring_link_ids(fab.graph, hosts)
                 if scheme.mltcp:
                     attached += _attach_workers(job, scheme, fab, hosts, port)
                 specs.append(DriverSpec(
                     job=job.name, workers=workers, cc=cc, connections=job.connections,
                     compute_ms=job.compute_ms, bytes_per_worker=job.comm_bytes_per_worker(),
                     iterations=job.iterations, t0=t0,
-                    start_offset_ms=job.start_offset_ms + rng.uniform(0, 1.0),
+                    start_offset_ms=offsets[job.name],
                     out=str(tmp / f"{job.name}.json"),
                     listener_cc=cc if scheme.cc == "dctcp" else None))
             sampler = _LinkSampler(fab, t0, marked)
