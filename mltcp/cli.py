@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from mltcp import __version__
 from mltcp.errors import CapabilityError, MltcpError, SpecError
+from mltcp.runner import BACKENDS
 
 
 def _add_job_parser(sub: argparse._SubParsersAction) -> None:
@@ -87,8 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     rn = sub.add_parser("run", help="run a scenario's schemes on a backend; write traces")
     rn.add_argument("scenario", help="an example name (see --list) or a TOML file")
-    rn.add_argument("--backend", default="netns", choices=["netns"],
-                    help="netns: real kernel TCP in network namespaces")
+    rn.add_argument("--backend", default="netns", choices=BACKENDS,
+                    help="netns: real kernel TCP in network namespaces; fluid: the flow-level "
+                         "model (seconds, no root needed)")
     rn.add_argument("--out", required=True, help="output directory")
     rn.add_argument("--scheme", action="append", help="only these schemes (repeatable)")
     rn.add_argument("--seed", action="append", type=int, help="only these seeds (repeatable)")
@@ -97,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     cp = sub.add_parser("compare", help="every scheme of a scenario plus the dedicated "
                                         "baseline, side by side (report + table)")
     cp.add_argument("scenario", help="an example name or a TOML file")
-    cp.add_argument("--backend", default="netns", choices=["netns"])
+    cp.add_argument("--backend", default="netns", choices=BACKENDS)
     cp.add_argument("--out", required=True, help="output directory")
     cp.add_argument("--seed", action="append", type=int, help="only these seeds (repeatable)")
     tb = sub.add_parser("testbed", help="emulated testbed housekeeping")
@@ -261,14 +263,14 @@ def _run(args: argparse.Namespace) -> int:
         from mltcp.runner import run_scenario
 
         run_scenario(args.scenario, out_dir=args.out, schemes=args.scheme, seeds=args.seed,
-                     dedicated=args.dedicated)
+                     dedicated=args.dedicated, backend=args.backend)
         return 0
     if args.cmd == "compare":
         from mltcp.report import table
         from mltcp.runner import run_scenario
 
         print(table(run_scenario(args.scenario, out_dir=args.out, seeds=args.seed,
-                                 dedicated=True)))
+                                 dedicated=True, backend=args.backend)))
         return 0
     if args.cmd == "testbed":
         from mltcp import testbed

@@ -13,9 +13,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from mltcp import testbed
+from mltcp.errors import SpecError
 from mltcp.report import build_report
-from mltcp.scenario import load_scenario
+from mltcp.scenario import DEDICATED, Scenario, Scheme, load_scenario
 
 _last_line = [0.0]
 
@@ -29,37 +29,58 @@ def _progress(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
+BACKENDS = ("netns", "fluid")
+
+
+def _planned_runs(scenario: Scenario, seeds: Sequence[int],
+                  dedicated: bool) -> list[tuple[str, Scheme, int, str | None]]:
+    """(file stem, scheme, seed, only_job) of every run, in the order they execute."""
+    runs = []
+    for seed in seeds:
+        if dedicated:
+            runs += [(f"dedicated-{job.name}-seed{seed}", DEDICATED, seed, job.name)
+                     for job in scenario.jobs]
+        runs += [(f"{scheme.name}-seed{seed}", scheme, seed, None)
+                 for scheme in scenario.schemes]
+    return runs
+
+
 def run_scenario(scenario_ref: str, out_dir: str | Path, schemes: Sequence[str] | None = None,
-                 seeds: Sequence[int] | None = None, dedicated: bool = False) -> dict:
+                 seeds: Sequence[int] | None = None, dedicated: bool = False,
+                 backend: str = "netns") -> dict:
     """Run, save every trace as it completes, and build the report; returns report.json."""
+    if backend not in BACKENDS:
+        raise SpecError("backend", f"unknown backend {backend!r}",
+                        f"use one of: {', '.join(BACKENDS)}")
     scenario = load_scenario(scenario_ref)
     if schemes:
         scenario = scenario.with_schemes(schemes)
     seeds = list(seeds) if seeds else list(scenario.seeds)
     out = Path(out_dir)
     (out / "traces").mkdir(parents=True, exist_ok=True)
-    total = len(seeds) * (len(scenario.schemes) + (len(scenario.jobs) if dedicated else 0))
-    done = 0
+    planned = _planned_runs(scenario, seeds, dedicated)
     started = time.monotonic()
 
-    def step(what: str) -> None:
-        nonlocal done
-        done += 1
-        print(f"\r[{done}/{total}] {what} done after {time.monotonic() - started:.0f} s\033[K"
-              if sys.stderr.isatty() else f"[{done}/{total}] {what} done", file=sys.stderr,
-              flush=True)
+    def step(done: int, stem: str) -> None:
+        print(f"\r[{done}/{len(planned)}] {stem} done after {time.monotonic() - started:.0f} s"
+              "\033[K" if sys.stderr.isatty() else f"[{done}/{len(planned)}] {stem} done",
+              file=sys.stderr, flush=True)
 
-    for seed in seeds:
-        if dedicated:
-            for job in scenario.jobs:
-                trace = testbed.run_once(scenario, testbed.DEDICATED, seed, only_job=job.name,
-                                         progress=_progress)
-                trace.save(out / "traces" / f"dedicated-{job.name}-seed{seed}.json")
-                step(f"dedicated {job.name} seed {seed}")
-        for scheme in scenario.schemes:
-            trace = testbed.run_once(scenario, scheme, seed, progress=_progress)
-            trace.save(out / "traces" / f"{scheme.name}-seed{seed}.json")
-            step(f"{scheme.name} seed {seed}")
+    if backend == "fluid":
+        from mltcp import fluid
+
+        traces = fluid.run_many([fluid.Run(scenario, scheme, seed, only)
+                                 for _, scheme, seed, only in planned])
+        for done, ((stem, *_), trace) in enumerate(zip(planned, traces, strict=True), 1):
+            trace.save(out / "traces" / f"{stem}.json")
+            step(done, stem)
+    else:
+        from mltcp import testbed
+
+        for done, (stem, scheme, seed, only) in enumerate(planned, 1):
+            trace = testbed.run_once(scenario, scheme, seed, only_job=only, progress=_progress)
+            trace.save(out / "traces" / f"{stem}.json")
+            step(done, stem)
     report = build_report(out)
     print(f"wrote {out}/report.json, summary.md and plots", file=sys.stderr)
     return report
