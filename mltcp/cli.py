@@ -8,6 +8,7 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from mltcp import __version__
 from mltcp.errors import CapabilityError, MltcpError, SpecError
@@ -102,6 +103,21 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--backend", default="netns", choices=BACKENDS)
     cp.add_argument("--out", required=True, help="output directory")
     cp.add_argument("--seed", action="append", type=int, help="only these seeds (repeatable)")
+    sw = sub.add_parser("sweep", help="a parameter grid on the fluid model, run on Dask "
+                                      "(table + plots)")
+    sw.add_argument("scenario", help="an example name or a TOML file")
+    sw.add_argument("--param", action="append", required=True, metavar="NAME=V1,V2,...",
+                    help="grid axis (repeatable): slope, intercept, cap, load, compute_ms, "
+                         "jobs, iterations")
+    sw.add_argument("--seeds", default="0", help="e.g. 0-9 or 0,3,7 (default: %(default)s)")
+    sw.add_argument("--scheme", help="the MLTCP scheme to vary (default: the scenario's first)")
+    sw.add_argument("--out", required=True, help="output directory")
+    sw.add_argument("--format", default="parquet", choices=["parquet", "csv"])
+    sw.add_argument("--scheduler", help="Dask scheduler address (default: a local cluster)")
+    sw.add_argument("--workers", type=int, help="local cluster: worker processes "
+                                                "(default: one per core)")
+    sw.add_argument("--f-steps", type=int, default=None,
+                    help="F re-evaluations per iteration (0: only at phase events)")
     tb = sub.add_parser("testbed", help="emulated testbed housekeeping")
     tb.add_argument("action", choices=["clean"],
                     help="clean: remove namespaces and jobs left by killed runs")
@@ -271,6 +287,16 @@ def _run(args: argparse.Namespace) -> int:
 
         print(table(run_scenario(args.scenario, out_dir=args.out, seeds=args.seed,
                                  dedicated=True, backend=args.backend)))
+        return 0
+    if args.cmd == "sweep":
+        from mltcp import sweep
+        from mltcp.fluid import FluidOptions
+
+        options = FluidOptions() if args.f_steps is None else FluidOptions(f_steps=args.f_steps)
+        spec = sweep.make_spec(args.scenario, args.param, args.seeds, args.scheme, options)
+        rows = sweep.execute(spec, scheduler=args.scheduler, workers=args.workers)
+        path = sweep.write(spec, rows, args.out, args.format)
+        print(f"{len(rows)} runs -> {path}, {Path(args.out) / 'sweep.json'} and plots")
         return 0
     if args.cmd == "testbed":
         from mltcp import testbed

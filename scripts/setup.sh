@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepare a fresh machine for mltcp: Debian packages (only those missing), bpffs,
-# and a virtual environment in .venv with mltcp installed (editable) and its test tools.
+# and a virtual environment in .venv with mltcp installed (editable), its test tools and
+# the sweep extra (Dask, pandas, pyarrow), so that every test runs.
 # Idempotent: a second run installs nothing and takes a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,6 @@ stamp=.venv/.mltcp-installed
 if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
   echo "setup: installing mltcp and its test tools into .venv" >&2
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e '.[test]'
+  .venv/bin/python -m pip install -q -e '.[test,sweep]'
   touch "$stamp"
 fi

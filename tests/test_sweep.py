@@ -1,0 +1,86 @@
+"""Sweeps: grid parsing and validation, grid points as scenarios, and a real run on a
+local Dask cluster whose rows equal those computed in this process."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mltcp import sweep
+from mltcp.errors import SpecError
+
+
+def test_parse_grid_and_seeds() -> None:
+    grid = sweep.parse_grid(["slope=0.5,1,2", "jobs=2,3"])
+    assert grid == {"slope": (0.5, 1.0, 2.0), "jobs": (2, 3)}
+    assert all(isinstance(v, int) for v in grid["jobs"])
+    assert sweep.parse_seeds("0-3") == (0, 1, 2, 3)
+    assert sweep.parse_seeds("5,1,5") == (5, 1)
+
+
+@pytest.mark.parametrize(("items", "field"), [
+    (["slop=1"], "param"),
+    (["slope"], "param"),
+    (["slope=1,x"], "param.slope"),
+    (["jobs=1.5"], "param.jobs"),
+    (["slope=1", "slope=2"], "param.slope"),
+    ([], "param"),
+])
+def test_bad_grid_names_the_field(items: list[str], field: str) -> None:
+    with pytest.raises(SpecError) as err:
+        sweep.parse_grid(items)
+    assert err.value.field == field
+
+
+def test_bad_values_fail_before_any_run() -> None:
+    with pytest.raises(SpecError, match="slope"):
+        sweep.make_spec("compatible-pair", ["slope=1,1000"])
+    with pytest.raises(SpecError, match="load"):
+        sweep.make_spec("compatible-pair", ["load=-1,1"])
+    with pytest.raises(SpecError, match="seeds"):
+        sweep.make_spec("compatible-pair", ["slope=1"], seeds="a-b")
+
+
+def test_points_become_scenarios() -> None:
+    spec = sweep.make_spec("compatible-pair", ["slope=0,2", "load=0.5", "jobs=3"])
+    assert len(spec.points()) == 2
+    sc, scheme = sweep.variant(spec, {"slope": 2.0, "load": 0.5, "jobs": 3})
+    assert scheme.mltcp and scheme.slope == 2.0
+    assert [j.name for j in sc.jobs] == ["j1", "j2", "j3"]
+    base = spec.scenario.jobs[0]
+    assert all(j.bytes_per_worker == base.bytes_per_worker // 2 for j in sc.jobs)
+    assert sc.topology.hosts >= 6          # every copy gets its own hosts
+
+
+def test_rows_separate_fair_from_mltcp() -> None:
+    spec = sweep.make_spec("compatible-pair", ["slope=0,4"], seeds="0-1")
+    rows = [r for c in sweep.chunks(spec) for r in sweep.run_chunk(spec, c)]
+    assert [(r["slope"], r["seed"]) for r in rows] == [(0.0, 0), (0.0, 1), (4.0, 0), (4.0, 1)]
+    fair, mltcp = rows[:2], rows[2:]
+    assert all(not r["converged"] and r["ratio_to_dedicated"] > 1.3 for r in fair)
+    assert all(r["converged"] and r["ratio_to_dedicated"] < 1.1 for r in mltcp)
+    assert all(r["convergence_iteration"] < 20 for r in mltcp)
+
+
+def test_dask_sweep_writes_table_summary_and_plots(tmp_path) -> None:
+    pd = pytest.importorskip("pandas", reason="the sweep extra (pandas) is not installed")
+    pytest.importorskip("distributed", reason="the sweep extra (dask) is not installed")
+    spec = sweep.make_spec("compatible-pair", ["slope=0,1,4", "intercept=1,2"], seeds="0-1")
+    seen = []
+    rows = sweep.execute(spec, workers=2, chunk_size=3,
+                         progress=lambda done, total, _t: seen.append((done, total)))
+    assert seen[-1] == (4, 4)          # 12 runs in chunks of 3
+    local = [r for c in sweep.chunks(spec, 100) for r in sweep.run_chunk(spec, c)]
+    assert rows == local               # same numbers, same (grid) order
+    path = sweep.write(spec, rows, tmp_path, "parquet")
+    table = pd.read_parquet(path)
+    assert len(table) == 12 and {"slope", "intercept", "seed", "convergence_iteration",
+                                 "ratio_to_dedicated"} <= set(table.columns)
+    summary = json.loads((tmp_path / "sweep.json").read_text())
+    assert summary["schema"] == "mltcp.sweep/1" and len(summary["points"]) == 6
+    assert summary["provenance"]["backend"] == "fluid"
+    for name in ("convergence.png", "ratio.png", "converged.png"):
+        assert (tmp_path / name).stat().st_size > 1000
+    csv = sweep.write(spec, rows, tmp_path / "csv", "csv")
+    assert len(pd.read_csv(csv)) == 12
