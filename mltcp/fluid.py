@@ -49,7 +49,7 @@ import numpy as np
 
 from mltcp.errors import SpecError
 from mltcp.graph import NetworkGraph, directed_id, graph_for, ring_link_ids
-from mltcp.scenario import Scenario, Scheme, placement, start_offsets_ms
+from mltcp.scenario import JobPhase, Scenario, Scheme, placement, start_offsets_ms
 from mltcp.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace, provenance
 
 MSS_BYTES = 1448
@@ -133,13 +133,19 @@ class Batch:
 
 @dataclass
 class BatchResult:
-    """Per lane, job and iteration: start, comm_start, comm_end, end (NaN: not run)."""
+    """Per lane, job and iteration: start, comm_start, comm_end, end (NaN: not run).
+
+    ``phase_start``/``phase_end`` (L, J, N, P) hold every communication phase's
+    interval; with one phase per iteration they repeat comm_start/comm_end.
+    """
 
     start: np.ndarray             # (L, J, N)
     comm_start: np.ndarray
     comm_end: np.ndarray
     end: np.ndarray
-    steps: int                    # event steps the batch took
+    phase_start: np.ndarray       # (L, J, N, P)
+    phase_end: np.ndarray
+    steps: int = 0                # event steps the batch took
     link_times: list[np.ndarray] = field(default_factory=list)   # per step: (L,)
     link_bytes: list[np.ndarray] = field(default_factory=list)   # per step: (L, K) cumulative
 
@@ -173,119 +179,149 @@ def _weighted_max_min(weight: np.ndarray, incidence: np.ndarray,
     return rate
 
 
+class _Simulation:
+    """The state of every lane, and the two things that change it: the flows move
+    until the next event (:meth:`advance`), and jobs change phase (:meth:`settle`)."""
+
+    def __init__(self, batch: Batch, opt: FluidOptions, record_links: bool) -> None:
+        self.b, self.opt = batch, opt
+        n_lanes, n_jobs = batch.lanes, len(batch.job_names)
+        self.n_phases = batch.phase_compute.shape[2]
+        self.member = np.zeros((len(batch.flow_job), n_jobs))
+        self.member[np.arange(len(batch.flow_job)), batch.flow_job] = 1.0
+        n_iter = max(int(batch.iterations.max(initial=0)), 1)
+        shape = (n_lanes, n_jobs, n_iter)
+        self.result = BatchResult(
+            *(np.full(shape, np.nan) for _ in range(4)),
+            *(np.full((*shape, self.n_phases), np.nan) for _ in range(2)))
+        self.lane_idx = np.arange(n_lanes)[:, None].repeat(n_jobs, axis=1)
+        self.job_idx = np.arange(n_jobs)[None, :].repeat(n_lanes, axis=0)
+        self.t = np.zeros(n_lanes)
+        self.running = batch.iterations > 0          # (L, J) job has iterations left
+        self.it = np.zeros((n_lanes, n_jobs), dtype=int)
+        self.phase = np.zeros((n_lanes, n_jobs), dtype=int)
+        self.computing = self.running.copy()
+        self.compute_end = np.where(self.running, batch.start + batch.phase_compute[:, :, 0],
+                                    np.inf)
+        self._record("start", self.running, batch.start)
+        self.communicating = np.zeros((n_lanes, n_jobs), dtype=bool)
+        self.rem = np.zeros_like(batch.flow_bytes)
+        self.sent = np.zeros_like(batch.flow_bytes)
+        self.tol = batch.flow_bytes * _REL_TOL + 1e-6
+        self.mltcp = (batch.slope != 0) | (batch.intercept != 1)
+        self.step_bytes = batch.flow_bytes / max(opt.f_steps, 1)
+        self.record_links = record_links
+        self.link_cum = np.zeros_like(batch.capacity)
+        if record_links:
+            self.result.link_times.append(self.t.copy())
+            self.result.link_bytes.append(self.link_cum.copy())
+
+    def _record(self, what: str, mask: np.ndarray, values: np.ndarray) -> None:
+        """result.<what>[lane, job, current iteration] = values, where mask."""
+        getattr(self.result, what)[self.lane_idx[mask], self.job_idx[mask],
+                                   self.it[mask]] = values[mask]
+
+    def _record_phase(self, what: str, mask: np.ndarray) -> None:
+        li, ji = self.lane_idx[mask], self.job_idx[mask]
+        getattr(self.result, what)[li, ji, self.it[mask], self.phase[mask]] = self.t[li]
+
+    def _flows_of(self, jobs: np.ndarray) -> np.ndarray:
+        """(L, F) mask of the flows of the jobs in the (L, J) mask."""
+        return (jobs.astype(float) @ self.member.T) > 0
+
+    def settle(self) -> None:
+        """Apply every phase change due at the lanes' current times, until none is left
+        (a phase without bytes or without compute ends at once)."""
+        b, now = self.b, self.t[:, None]
+        while True:
+            busy_per_job = (self.rem > 0).astype(float) @ self.member          # (L, J)
+            finished = self.communicating & (busy_per_job == 0)
+            due = self.computing & (self.compute_end <= now + 1e-12 * (1 + np.abs(now)))
+            if not (finished.any() or due.any()):
+                return
+            if finished.any():
+                self._finish_phase(finished, now)
+            if due.any():
+                self.computing &= ~due
+                self.communicating |= due
+                self._record("comm_start", due & (self.phase == 0), np.broadcast_to(
+                    now, due.shape))
+                self._record_phase("phase_start", due)
+                frac = np.take_along_axis(b.phase_fraction, self.phase[:, :, None], 2)[:, :, 0]
+                self.rem = np.where(self._flows_of(due), b.flow_bytes * frac[:, b.flow_job],
+                                    self.rem)
+
+    def _finish_phase(self, finished: np.ndarray, now: np.ndarray) -> None:
+        b = self.b
+        self.communicating &= ~finished
+        self._record_phase("phase_end", finished)
+        last = finished & (self.phase == self.n_phases - 1)
+        times = np.broadcast_to(now, last.shape)
+        self._record("comm_end", last, times)
+        self._record("end", last, times)
+        self.it = self.it + last
+        self.running &= ~(last & (self.it >= b.iterations))
+        nxt = finished & self.running                   # next phase, or next iteration
+        self.phase = np.where(last, 0, np.where(finished, self.phase + 1, self.phase))
+        self._record("start", nxt & last, times)
+        self.sent = np.where(self._flows_of(last & self.running), 0.0, self.sent)
+        comp = np.take_along_axis(b.phase_compute, self.phase[:, :, None], 2)[:, :, 0]
+        self.compute_end = np.where(nxt, now + comp, self.compute_end)
+        self.computing |= nxt
+
+    def advance(self) -> bool:
+        """Move every lane to its next event; False when no lane has one left."""
+        b, opt = self.b, self.opt
+        busy = self.rem > self.tol
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.clip(np.where(b.flow_bytes > 0, self.sent / b.flow_bytes, 0.0), 0, 1)
+        f = np.minimum(b.intercept[:, None] + b.slope[:, None] * ratio, b.cap[:, None])
+        rate = _weighted_max_min(np.where(busy, f * b.weight, 0.0), b.incidence, b.capacity)
+        moving = busy & (rate > 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dt = np.minimum(np.where(moving, self.rem / rate, np.inf).min(axis=1),
+                            np.where(self.computing, self.compute_end - self.t[:, None],
+                                     np.inf).min(axis=1))
+            if opt.f_steps:
+                step = np.where(self.step_bytes > 0, self.step_bytes, 1.0)
+                marks = (np.floor(self.sent / step + 1e-9) + 1) * self.step_bytes
+                dt_f = np.where(moving & self.mltcp[:, None], (marks - self.sent) / rate, np.inf)
+                dt = np.minimum(dt, dt_f.min(axis=1))
+        live = np.isfinite(dt)
+        if not live.any():
+            if busy.any():
+                raise SpecError("topology", "flows with bytes left get no capacity",
+                                "give every link on the jobs' paths a rate > 0")
+            return False
+        dt = np.where(live, np.maximum(dt, 0.0), 0.0)
+        moved = rate * dt[:, None]
+        self.rem = np.where(moving, self.rem - moved, self.rem)
+        self.rem = np.where(self.rem <= self.tol, 0.0, self.rem)
+        self.sent = self.sent + np.where(moving, moved, 0.0)
+        self.t = self.t + dt
+        if self.record_links:
+            self.link_cum = self.link_cum + np.einsum("lf,lfk->lk", moved, b.incidence)
+            self.result.link_times.append(self.t.copy())
+            self.result.link_bytes.append(self.link_cum.copy())
+        return True
+
+
 def simulate(batch: Batch, options: FluidOptions | None = None,
              record_links: bool = False,
              progress: Callable[[float], None] | None = None) -> BatchResult:
     """Run every lane of ``batch`` to the end of its jobs' iterations."""
     opt = options or FluidOptions()
     batch.check()
-    n_lanes, n_jobs = batch.lanes, len(batch.job_names)
-    n_phases = batch.phase_compute.shape[2]
-    member = np.zeros((len(batch.flow_job), n_jobs))
-    member[np.arange(len(batch.flow_job)), batch.flow_job] = 1.0
-    n_iter = int(batch.iterations.max(initial=0))
-    shape = (n_lanes, n_jobs, max(n_iter, 1))
-    rec = {k: np.full(shape, np.nan) for k in ("start", "comm_start", "comm_end", "end")}
-    lane_idx = np.arange(n_lanes)[:, None].repeat(n_jobs, axis=1)
-    job_idx = np.arange(n_jobs)[None, :].repeat(n_lanes, axis=0)
-
-    t = np.zeros(n_lanes)
-    running = batch.iterations > 0                       # (L, J) job still has iterations
-    it = np.zeros((n_lanes, n_jobs), dtype=int)
-    phase = np.zeros((n_lanes, n_jobs), dtype=int)
-    computing = running.copy()
-    compute_end = np.where(running, batch.start + batch.phase_compute[:, :, 0], np.inf)
-    rec["start"][lane_idx[running], job_idx[running], 0] = batch.start[running]
-    communicating = np.zeros((n_lanes, n_jobs), dtype=bool)
-    rem = np.zeros_like(batch.flow_bytes)
-    sent = np.zeros_like(batch.flow_bytes)
-    tol = batch.flow_bytes * _REL_TOL + 1e-6
-    link_cum = np.zeros_like(batch.capacity)
-    mltcp = (batch.slope != 0) | (batch.intercept != 1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        step_bytes = np.where(batch.flow_bytes > 0, batch.flow_bytes / max(opt.f_steps, 1), 0)
-    result = BatchResult(steps=0, **rec)
-    if record_links:
-        result.link_times.append(t.copy())
-        result.link_bytes.append(link_cum.copy())
-
+    sim = _Simulation(batch, opt, record_links)
     for step in range(opt.max_steps):
-        busy = rem > tol
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.clip(np.where(batch.flow_bytes > 0, sent / batch.flow_bytes, 0.0), 0, 1)
-        f = np.minimum(batch.intercept[:, None] + batch.slope[:, None] * ratio,
-                       batch.cap[:, None])
-        weight = np.where(busy, f * batch.weight, 0.0)
-        rate = _weighted_max_min(weight, batch.incidence, batch.capacity)
-        moving = busy & (rate > 0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            dt_flow = np.where(moving, rem / rate, np.inf).min(axis=1)
-            dt = np.minimum(dt_flow, np.where(computing, compute_end - t[:, None],
-                                              np.inf).min(axis=1))
-            if opt.f_steps:
-                marks = (np.floor(sent / np.where(step_bytes > 0, step_bytes, 1) + 1e-9) + 1) \
-                    * step_bytes
-                dt_f = np.where(moving & mltcp[:, None], (marks - sent) / rate, np.inf)
-                dt = np.minimum(dt, dt_f.min(axis=1))
-        live = np.isfinite(dt)
-        if not live.any():
-            break
-        if (busy & ~moving).any() and not moving.any() and not computing.any():
-            raise SpecError("topology", "flows with bytes left get no capacity",
-                            "give every link on the jobs' paths a rate > 0")
-        dt = np.where(live, np.maximum(dt, 0.0), 0.0)
-        moved = rate * dt[:, None]
-        rem = np.where(moving, rem - moved, rem)
-        sent = sent + np.where(moving, moved, 0.0)
-        t = t + dt
-        if record_links:
-            link_cum = link_cum + np.einsum("lf,lfk->lk", moved, batch.incidence)
-            result.link_times.append(t.copy())
-            result.link_bytes.append(link_cum.copy())
-        rem = np.where(rem <= tol, 0.0, rem)
-
-        # Communication phases that completed on every flow of their job.
-        busy_per_job = (rem > 0).astype(float) @ member                      # (L, J)
-        finished = communicating & (busy_per_job == 0)
-        if finished.any():
-            communicating &= ~finished
-            last = finished & (phase == n_phases - 1)
-            li, ji = lane_idx[last], job_idx[last]
-            rec["comm_end"][li, ji, it[last]] = t[li]
-            rec["end"][li, ji, it[last]] = t[li]
-            it = it + last
-            over = last & (it >= batch.iterations)
-            running &= ~over
-            nxt = finished & running                    # next phase, or next iteration
-            phase = np.where(last, 0, np.where(finished, phase + 1, phase))
-            li, ji = lane_idx[nxt & last], job_idx[nxt & last]
-            rec["start"][li, ji, it[nxt & last]] = t[li]
-            new_iter_flows = ((last & running).astype(float) @ member.T) > 0  # (L, F)
-            sent = np.where(new_iter_flows, 0.0, sent)
-            comp = np.take_along_axis(batch.phase_compute, phase[:, :, None], axis=2)[:, :, 0]
-            compute_end = np.where(nxt, t[:, None] + comp, compute_end)
-            computing |= nxt
-
-        # Compute phases that ended: start communicating.
-        done = computing & (compute_end <= t[:, None] + 1e-12 * (1 + np.abs(t[:, None])))
-        if done.any():
-            computing &= ~done
-            communicating |= done
-            first = done & (phase == 0)
-            li, ji = lane_idx[first], job_idx[first]
-            rec["comm_start"][li, ji, it[first]] = t[li]
-            frac = np.take_along_axis(batch.phase_fraction, phase[:, :, None], axis=2)[:, :, 0]
-            flow_frac = frac[:, batch.flow_job]                                 # (L, F)
-            starting = (done.astype(float) @ member.T) > 0
-            rem = np.where(starting, batch.flow_bytes * flow_frac, rem)
-            # A phase without bytes ends at once (next step sees no busy flow).
-        result.steps = step + 1
+        sim.settle()
+        if not sim.advance():
+            sim.result.steps = step
+            return sim.result
         if progress is not None and step % 2000 == 0:
-            progress(float(t.min()))
-    else:
-        raise SpecError("max_steps", f"the model did not finish within {opt.max_steps} events",
-                        "raise FluidOptions.max_steps or run fewer iterations")
-    return result
+            progress(float(sim.t.min()))
+    raise SpecError("max_steps", f"the model did not finish within {opt.max_steps} events",
+                    "raise FluidOptions.max_steps or run fewer iterations")
 
 
 # --------------------------------------------------------------------------- scenarios
@@ -367,7 +403,14 @@ def build_batch(runs: Sequence[Run]) -> tuple[Batch, list[_Structure]]:
     for lane, s in enumerate(structs):
         for f, links in enumerate(s.flow_links):
             incidence[lane, f, links] = 1.0
-    phase_compute = np.array([[[j.compute_ms / 1000] for j in r.scenario.jobs] for r in runs])
+    # Jobs with fewer phases than the most are padded with empty phases (no compute, no
+    # bytes), which end the instant they start.
+    n_phases = max(len(j.phase_list()) for r in runs for j in r.scenario.jobs)
+    padded = [[[*j.phase_list(), *[JobPhase(0.0, 0.0)] * (n_phases - len(j.phase_list()))]
+               for j in r.scenario.jobs] for r in runs]
+    phase_compute = np.array([[[p.compute_ms / 1000 for p in job] for job in lane]
+                              for lane in padded])
+    phase_fraction = np.array([[[p.share for p in job] for job in lane] for lane in padded])
     iterations = np.array([[j.iterations if r.only_job in (None, j.name) else 0
                             for j in r.scenario.jobs] for r in runs], dtype=int)
     start = np.array([[start_offsets_ms(r.scenario, r.seed)[j.name] / 1000
@@ -379,7 +422,7 @@ def build_batch(runs: Sequence[Run]) -> tuple[Batch, list[_Structure]]:
         incidence=incidence,
         capacity=np.stack([_capacities(s.graph, s.link_ids) for s in structs]),
         flow_bytes=np.array([s.flow_bytes for s in structs]),
-        phase_fraction=np.ones((n_lanes, len(names), 1)),
+        phase_fraction=phase_fraction,
         phase_compute=phase_compute,
         weight=np.array([s.weight for s in structs]),
         slope=np.array([a.slope for a in aggs], dtype=float),
@@ -415,12 +458,18 @@ def to_traces(runs: Sequence[Run], batch: Batch, structs: Sequence[_Structure],
             if batch.iterations[lane, j] == 0:
                 continue
             recs = []
+            n_phases = len(job.phase_list())
             for k in range(int(batch.iterations[lane, j])):
                 vals = [result.start[lane, j, k], result.comm_start[lane, j, k],
                         result.comm_end[lane, j, k], result.end[lane, j, k]]
+                phases = None
+                if n_phases > 1:
+                    phases = tuple((float(a), float(e)) for a, e in zip(
+                        result.phase_start[lane, j, k, :n_phases],
+                        result.phase_end[lane, j, k, :n_phases], strict=True))
                 recs.append(IterationRecord(k, *map(float, vals),
                                             bytes=int(job.comm_bytes_per_worker()
-                                                      * job.workers)))
+                                                      * job.workers), phases=phases))
             jobs.append(JobTrace(name=job.name, links=tuple(s.job_links[job.name]),
                                  iterations=tuple(recs)))
         links = ()

@@ -211,10 +211,14 @@ def overlap(trace: Trace, name: str) -> list[float]:
     others = _union(iv for other in sharing_jobs(trace, name) for iv in other.comm_intervals())
     if not job.iterations:
         return []
-    a = np.array([r.comm_start for r in job.iterations], dtype=float)
-    b = np.array([r.comm_end for r in job.iterations], dtype=float)
-    covered = _covered_before(*others, b) - _covered_before(*others, a)
-    length = b - a
+    # Per communication phase (one per iteration unless it has several), then summed
+    # per iteration: compute gaps between phases count neither way.
+    owner = np.array([k for k, r in enumerate(job.iterations) for _ in r.comm_phases()])
+    a = np.array([p[0] for r in job.iterations for p in r.comm_phases()], dtype=float)
+    b = np.array([p[1] for r in job.iterations for p in r.comm_phases()], dtype=float)
+    n = len(job.iterations)
+    covered = np.bincount(owner, _covered_before(*others, b) - _covered_before(*others, a), n)
+    length = np.bincount(owner, b - a, n)
     frac = np.divide(covered, length, out=np.zeros_like(length), where=length > 0)
     return [float(x) for x in np.clip(frac, 0.0, 1.0)]
 

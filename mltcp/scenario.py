@@ -58,8 +58,10 @@ _LEAF_SPINE_KEYS = ("leaves", "spines", "hosts_per_leaf", "oversubscription")
 _TOPOLOGY_KEYS = _COMMON_TOPOLOGY_KEYS + _DUMBBELL_KEYS + _LEAF_SPINE_KEYS
 _JOB_KEYS = (
     "name", "compute_ms", "bytes_per_iteration", "workers", "placement", "connections",
-    "start_offset_ms", "iterations", "collective",
+    "start_offset_ms", "iterations", "collective", "phases",
 )
+_PHASE_KEYS = ("compute_ms", "share")
+MAX_PHASES = 16
 _F_KEYS = ("slope", "intercept", "cap")
 _SCHEME_KEYS = ("name", "cc", "mltcp", *_F_KEYS)
 
@@ -288,12 +290,22 @@ def _leaf_spine_link_mbit(
 
 
 @dataclass(frozen=True)
+class JobPhase:
+    """One step of a model-parallel iteration: compute, then send ``share`` of the
+    iteration's bytes (shares of a job's phases sum to 1)."""
+
+    compute_ms: float
+    share: float
+
+
+@dataclass(frozen=True)
 class ScenarioJob:
     """One synthetic training job: compute, then exchange its gradient, ``iterations`` times.
 
     ``bytes_per_worker`` is the spec's ``bytes_per_iteration``: the gradient size G
     each worker holds. ``placement`` is None when the hosts are chosen by
-    :func:`placement`.
+    :func:`placement`.  ``phases`` (model parallelism) splits an iteration into
+    several compute + communication steps; ``compute_ms`` is then their total.
     """
 
     name: str
@@ -305,6 +317,11 @@ class ScenarioJob:
     connections: int = 1
     start_offset_ms: float = 0.0
     collective: Collective = Collective.RING_ALLREDUCE
+    phases: tuple[JobPhase, ...] | None = None
+
+    def phase_list(self) -> tuple[JobPhase, ...]:
+        """The iteration's steps: ``phases``, or one step of compute_ms and all bytes."""
+        return self.phases if self.phases is not None else (JobPhase(self.compute_ms, 1.0),)
 
     def description(self) -> JobDescription:
         return JobDescription(
@@ -327,16 +344,20 @@ class ScenarioJob:
         return self.comm_bytes_per_worker() * 8 / goodput_bps * 1000
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "name": self.name, "compute_ms": self.compute_ms,
-            "bytes_per_iteration": self.bytes_per_worker, "workers": self.workers,
-        }
+        out: dict[str, Any] = {"name": self.name}
+        if self.phases is None:
+            out["compute_ms"] = self.compute_ms
+        out |= {"bytes_per_iteration": self.bytes_per_worker, "workers": self.workers}
         if self.placement is not None:
             out["placement"] = list(self.placement)
-        return out | {
+        out |= {
             "connections": self.connections, "start_offset_ms": self.start_offset_ms,
             "iterations": self.iterations, "collective": self.collective.value,
         }
+        if self.phases is not None:
+            out["phases"] = [{"compute_ms": p.compute_ms, "share": p.share}
+                             for p in self.phases]
+        return out
 
 
 @dataclass(frozen=True)
@@ -662,8 +683,17 @@ def _parse_job(raw: object, index: int, topology: Topology) -> ScenarioJob:
     t = _Table(raw, path, _JOB_KEYS, "write each job as a [[jobs]] table")
     name = _name(t.get("name", 'name = "a"'), t.at("name"), _JOB_NAME,
                  "1-20 of a-z, 0-9, '_' and '-'", '"a"')
-    compute = _number(t.get("compute_ms", "compute_ms = 200"), t.at("compute_ms"),
-                      0, MAX_COMPUTE_MS, "compute_ms = 200", lo_open=True)
+    phases = None
+    if "phases" in t.data:
+        if "compute_ms" in t.data:
+            raise SpecError(t.at("compute_ms"), "given together with phases",
+                            "give either compute_ms (one phase) or phases, whose compute_ms "
+                            "add up to the iteration's compute")
+        phases = _parse_phases(t.data["phases"], t.at("phases"))
+        compute = sum(p.compute_ms for p in phases)
+    else:
+        compute = _number(t.get("compute_ms", "compute_ms = 200"), t.at("compute_ms"),
+                          0, MAX_COMPUTE_MS, "compute_ms = 200", lo_open=True)
     size = _bytes(t.get("bytes_per_iteration", 'bytes_per_iteration = "20MB"'),
                   t.at("bytes_per_iteration"), 'bytes_per_iteration = "20MB"')
     workers = _int(t.get("workers", "workers = 2"), t.at("workers"), 2, MAX_HOSTS,
@@ -683,7 +713,30 @@ def _parse_job(raw: object, index: int, topology: Topology) -> ScenarioJob:
     if "placement" in t.data:
         hosts = _parse_placement(t.data["placement"], t.at("placement"), workers, topology)
     return ScenarioJob(name, compute, size, workers, iterations, hosts, connections, offset,
-                       collective)
+                       collective, phases)
+
+
+def _parse_phases(raw: object, field: str) -> tuple[JobPhase, ...]:
+    example = "phases = [{compute_ms = 40, share = 0.5}, {compute_ms = 60, share = 0.5}]"
+    items = _array(raw, field, "{compute_ms = ..., share = ...}")
+    if not 2 <= len(items) <= MAX_PHASES:
+        raise SpecError(field, f"has {len(items)} phases",
+                        f"give 2 to {MAX_PHASES} phases (or compute_ms for one), e.g. {example}")
+    phases = []
+    for i, item in enumerate(items):
+        t = _Table(item, f"{field}[{i}]", _PHASE_KEYS, example)
+        compute = _number(t.get("compute_ms", "compute_ms = 40"), t.at("compute_ms"), 0,
+                          MAX_COMPUTE_MS, "compute_ms = 40")
+        share = _number(t.get("share", "share = 0.5"), t.at("share"), 0, 1, "share = 0.5",
+                        lo_open=True)
+        phases.append(JobPhase(compute, share))
+    total = sum(p.share for p in phases)
+    if abs(total - 1) > 1e-6:
+        raise SpecError(field, f"shares add up to {total:g}",
+                        "make the phases' shares of the iteration's bytes add up to 1")
+    if sum(p.compute_ms for p in phases) <= 0:
+        raise SpecError(field, "no phase computes", "give at least one phase compute_ms > 0")
+    return tuple(phases)
 
 
 def _parse_placement(

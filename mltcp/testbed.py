@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mltcp import datapath, jobs, maps
-from mltcp.errors import MltcpError
+from mltcp.errors import MltcpError, SpecError
 from mltcp.fabric import Fabric, dumbbell, leaf_spine
 from mltcp.graph import ring_link_ids
 from mltcp.jobdriver import DRIVER_MODULE, DriverSpec, WorkerSpec
@@ -123,6 +123,12 @@ def run_once(scenario: Scenario, scheme: Scheme, seed: int, only_job: str | None
     """Run the scenario (or one of its jobs alone, for the dedicated baseline) once."""
     say = progress or (lambda _msg: None)
     run_jobs = [j for j in scenario.jobs if only_job in (None, j.name)]
+    for index, job in enumerate(scenario.jobs):
+        if job.phases is not None:
+            raise SpecError(f"jobs[{index}].phases", "the netns backend runs one "
+                            "communication phase per iteration",
+                            "run model-parallel phases with --backend fluid, or give "
+                            "compute_ms instead of phases")
     module, cc = _module(scheme)
     if module:
         datapath.require_bpf()

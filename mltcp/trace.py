@@ -139,6 +139,12 @@ class IterationRecord:
     (what overlap is measured on), ``(comm_end, end)`` any tail before the next
     iteration.  ``bytes`` is what the job sent in this iteration.
 
+    ``phases``, optional: for iterations with several communication phases (model
+    parallelism: compute, communicate, compute, communicate ...), each phase's
+    ``(start, end)``, in order, disjoint, within ``[comm_start, comm_end]``; the
+    compute gaps between them are not communication (overlap and throughput use
+    the phases).  None means one phase, ``[comm_start, comm_end]``.
+
     Optional, where the backend can see them (netns and real hosts: TCP_INFO of the
     job's sending sockets): ``retransmits``, the segments the job retransmitted in
     this iteration, and ``rtos``, how many retransmission timeouts fired among them
@@ -154,6 +160,7 @@ class IterationRecord:
     bytes: int
     retransmits: int | None = None
     rtos: int | None = None
+    phases: tuple[tuple[float, float], ...] | None = None
 
     def __post_init__(self) -> None:
         _count("index", self.index)
@@ -171,6 +178,31 @@ class IterationRecord:
                             f"{self.comm_start}", order)
         if self.end < self.comm_end:
             raise SpecError("end", f"{self.end} is before comm_end {self.comm_end}", order)
+        if self.phases is not None:
+            object.__setattr__(self, "phases", self._checked_phases())
+
+    def _checked_phases(self) -> tuple[tuple[float, float], ...]:
+        fix = ("list each communication phase as [start, end], in time order, without "
+               "overlaps, within [comm_start, comm_end]")
+        out = []
+        prev = self.comm_start
+        for i, pair in enumerate(_list("phases", self.phases)):
+            pair = _list(f"phases[{i}]", pair)
+            if len(pair) != 2:
+                raise SpecError(f"phases[{i}]", f"{pair!r} is not [start, end]", fix)
+            a, b = (_number(f"phases[{i}]", v) for v in pair)
+            if a < prev or b < a or b > self.comm_end:
+                raise SpecError(f"phases[{i}]", f"[{a}, {b}] is out of order or outside "
+                                f"[{self.comm_start}, {self.comm_end}]", fix)
+            out.append((a, b))
+            prev = b
+        if not out:
+            raise SpecError("phases", "empty", "omit phases for a single phase")
+        return tuple(out)
+
+    def comm_phases(self) -> tuple[tuple[float, float], ...]:
+        """The communication intervals of this iteration (one unless ``phases`` is set)."""
+        return self.phases if self.phases is not None else ((self.comm_start, self.comm_end),)
 
     @property
     def duration(self) -> float:
@@ -178,7 +210,8 @@ class IterationRecord:
 
     @property
     def comm_duration(self) -> float:
-        return self.comm_end - self.comm_start
+        """Time spent communicating: the phases' lengths, without compute gaps."""
+        return sum(b - a for a, b in self.comm_phases())
 
     def to_dict(self) -> dict:
         out = {"index": self.index, "start": self.start, "comm_start": self.comm_start,
@@ -186,12 +219,17 @@ class IterationRecord:
         for name in ("retransmits", "rtos"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
+        if self.phases is not None:
+            out["phases"] = [list(p) for p in self.phases]
         return out
 
     @classmethod
     def from_dict(cls, data: Any) -> IterationRecord:
         d = _fields("", data, ("index", "start", "comm_start", "comm_end", "end", "bytes"),
-                    optional=("retransmits", "rtos"))
+                    optional=("retransmits", "rtos", "phases"))
+        if d.get("phases") is not None:
+            d["phases"] = tuple(tuple(p) if isinstance(p, list | tuple) else p
+                                for p in _list("phases", d["phases"]))
         return cls(**d)
 
 
@@ -236,8 +274,9 @@ class JobTrace:
         object.__setattr__(self, "iterations", iterations)
 
     def comm_intervals(self) -> list[tuple[float, float]]:
-        """``(comm_start, comm_end)`` of every iteration, in order."""
-        return [(r.comm_start, r.comm_end) for r in self.iterations]
+        """Every communication interval, in order: ``(comm_start, comm_end)`` of each
+        iteration, or its phases where it has several."""
+        return [iv for r in self.iterations for iv in r.comm_phases()]
 
     def iteration_times(self) -> np.ndarray:
         """``end - start`` of every iteration, seconds, in order."""

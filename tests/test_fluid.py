@@ -199,3 +199,19 @@ def test_runs_of_another_structure_do_not_batch() -> None:
     cubic = Scheme("cubic", "cubic", False)
     with pytest.raises(SpecError, match="structure"):
         fluid.build_batch([fluid.Run(pair, cubic, 0), fluid.Run(three, cubic, 0)])
+
+
+def test_model_parallel_phases_are_traced_and_interleave() -> None:
+    sc = load_scenario("model-parallel")
+    alone = fluid.run_once(sc, sc.scheme("cubic"), seed=0, only_job="a").jobs[0]
+    goodput = sc.topology.bottleneck_mbit * 1e6 * fluid.PAYLOAD_EFFICIENCY
+    burst = sc.job("a").comm_bytes_per_worker() * 0.5 * 8 / goodput
+    first = alone.iterations[0]
+    (a0, e0), (a1, e1) = first.phases
+    assert a0 == pytest.approx(first.start + 0.06) and e0 - a0 == pytest.approx(burst)
+    assert a1 == pytest.approx(e0 + 0.06) and e1 - a1 == pytest.approx(burst)
+    assert first.comm_duration == pytest.approx(2 * burst)
+    ml = metrics.summarize(fluid.run_once(sc, sc.scheme("mltcp-cubic"), seed=0))
+    fair = metrics.summarize(fluid.run_once(sc, sc.scheme("cubic"), seed=0))
+    assert ml["overall"]["convergence_iteration"] is not None
+    assert fair["overall"]["convergence_iteration"] is None

@@ -318,3 +318,17 @@ def test_summarize_is_json_and_complete() -> None:
                        "convergence_iteration", "comm_throughput_bps", "retransmits", "rtos"}
     no_ded = m.summarize(t)
     assert no_ded["jobs"]["a"]["ratio_to_dedicated"] is None
+
+
+def test_overlap_counts_communication_phases_not_the_gaps_between() -> None:
+    # a: iteration [0, 4) communicates in [0, 1] and [2, 3] (compute in between).
+    # b communicates over [0.5, 2.5]: it covers 0.5 s of each of a's phases -> 1 of 2 s.
+    a = JobTrace("a", ("L",), (IterationRecord(0, 0.0, 0.0, 3.0, 4.0, 10,
+                                               phases=((0.0, 1.0), (2.0, 3.0))),))
+    b = job("b", [(0.5, 2.5)], period=4.0)
+    assert m.overlap(trace(a, b), "a") == [0.5]
+    # b's whole [0.5, 2.5] lies inside a's [0, 3] span but only 1 s of it meets a's phases.
+    assert m.overlap(trace(a, b), "b") == [0.5]
+    # b inside a's compute gap: no overlap at all.
+    c = job("c", [(1.0, 2.0)], period=4.0)
+    assert m.overlap(trace(a, c), "a") == [0.0] and m.overlap(trace(a, c), "c") == [0.0]

@@ -25,7 +25,8 @@ from mltcp.scenario import (
 
 MB = 1_000_000
 GOODPUT_1G = 957e6
-EXAMPLES = ("compatible-pair", "incompatible-pair", "three-jobs", "leaf-spine", "dctcp-pair")
+EXAMPLES = ("compatible-pair", "incompatible-pair", "three-jobs", "leaf-spine", "dctcp-pair",
+            "model-parallel")
 
 
 def raw_example(name: str) -> dict[str, Any]:
@@ -278,6 +279,42 @@ def test_bad_leaf_spine_spec_names_the_field(mutate: Mutation, field: str) -> No
     parse_scenario(copy.deepcopy(data))
     mutate(data)
     assert_spec_error(data, field)
+
+
+def _phases(*pairs: tuple[float, float]) -> list[dict[str, float]]:
+    return [{"compute_ms": c, "share": x} for c, x in pairs]
+
+
+def test_model_parallel_phases() -> None:
+    sc = load_scenario("model-parallel")
+    job = sc.job("a")
+    assert [(p.compute_ms, p.share) for p in job.phase_list()] == [(60, 0.5), (60, 0.5)]
+    assert job.compute_ms == 120           # the phases' total
+    single = load_scenario("compatible-pair").job("a")
+    assert [(p.compute_ms, p.share) for p in single.phase_list()] == [(120, 1.0)]
+
+
+def _with_phases(phases: object, keep_compute: bool = False) -> dict[str, Any]:
+    data = dumbbell()
+    if not keep_compute:
+        del data["jobs"][0]["compute_ms"]
+    data["jobs"][0]["phases"] = phases
+    return data
+
+
+@pytest.mark.parametrize(("phases", "keep_compute", "field"), [
+    (_phases((40, 0.5), (60, 0.5)), True, "jobs[0].compute_ms"),
+    (_phases((40, 0.5), (60, 0.4)), False, "jobs[0].phases"),
+    (_phases((40, 1.0)), False, "jobs[0].phases"),
+    (_phases((0, 0.5), (0, 0.5)), False, "jobs[0].phases"),
+    (_phases((40, 0.5), (60, 0.0)), False, "jobs[0].phases[1].share"),
+    (_phases((-1, 0.5), (60, 0.5)), False, "jobs[0].phases[0].compute_ms"),
+    ([{"compute_ms": 40, "share": 0.5, "bytes": 1}, {"compute_ms": 1, "share": 0.5}], False,
+     "jobs[0].phases[0].bytes"),
+    ("two", False, "jobs[0].phases"),
+])
+def test_bad_phases_name_the_field(phases: object, keep_compute: bool, field: str) -> None:
+    assert_spec_error(_with_phases(phases, keep_compute), field)
 
 
 def test_unknown_key_lists_allowed_keys() -> None:

@@ -12,7 +12,7 @@ from importlib import resources
 import pytest
 
 from mltcp import datapath, jobs, maps, metrics, testbed
-from mltcp.errors import MltcpError
+from mltcp.errors import MltcpError, SpecError
 from mltcp.netns import list_netns
 from mltcp.scenario import load_scenario
 
@@ -169,3 +169,11 @@ def test_idle_gap_follows_the_compute_time_within_bounds():
     assert testbed.idle_gap_ms(120) == 30       # compatible-pair: a quarter of compute
     assert testbed.idle_gap_ms(8) == 5          # never below the datapath's default
     assert testbed.idle_gap_ms(1000) == 50      # long compute: a stall is still not a gap
+
+
+def test_model_parallel_phases_are_refused_before_anything_is_built():
+    sc = load_scenario("model-parallel")
+    with pytest.raises(SpecError) as err:
+        testbed.run_once(sc, sc.scheme("cubic"), seed=0)
+    assert err.value.field == "jobs[0].phases" and "fluid" in err.value.fix
+    _no_leftovers()

@@ -162,3 +162,28 @@ def test_provenance_keys() -> None:
     if head.returncode == 0 and Path(top.stdout.strip()).resolve() == repo:
         assert p["git_sha"] == head.stdout.strip()
     json.dumps(p, allow_nan=False)
+
+
+def test_communication_phases_validate_and_round_trip() -> None:
+    rec = IterationRecord(0, 0.0, 1.0, 4.0, 4.5, 100, phases=((1.0, 2.0), (3.0, 4.0)))
+    assert rec.comm_duration == 2.0                      # the gap 2..3 is compute
+    assert rec.comm_phases() == ((1.0, 2.0), (3.0, 4.0))
+    assert IterationRecord.from_dict(json.loads(json.dumps(rec.to_dict()))) == rec
+    single = IterationRecord(0, 0.0, 1.0, 4.0, 4.5, 100)
+    assert "phases" not in single.to_dict() and single.comm_phases() == ((1.0, 4.0),)
+    job = JobTrace("a", ("L",), (rec,))
+    assert job.comm_intervals() == [(1.0, 2.0), (3.0, 4.0)]
+
+
+@pytest.mark.parametrize("phases", [
+    ((2.0, 3.0), (1.0, 2.0)),        # out of order
+    ((0.5, 2.0),),                   # before comm_start
+    ((1.0, 4.5),),                   # after comm_end
+    ((1.0, 3.0), (2.0, 4.0)),        # overlapping
+    ((1.0,),),                       # not a pair
+    (),                              # empty
+])
+def test_bad_phases_name_the_field(phases: tuple) -> None:
+    with pytest.raises(SpecError) as err:
+        IterationRecord(0, 0.0, 1.0, 4.0, 4.5, 100, phases=phases)
+    assert err.value.field.startswith("phases")
