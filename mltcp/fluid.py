@@ -376,13 +376,12 @@ def _capacities(graph: NetworkGraph, link_ids: Sequence[str]) -> np.ndarray:
 @dataclass(frozen=True)
 class Run:
     """One lane: the scenario, the scheme, the seed, and optionally one job alone
-    (the dedicated baseline) or extra start shifts (a centralized schedule)."""
+    (the dedicated baseline)."""
 
     scenario: Scenario
     scheme: Scheme
     seed: int
     only_job: str | None = None
-    shifts_ms: tuple[tuple[str, float], ...] = ()
 
 
 def build_batch(runs: Sequence[Run]) -> tuple[Batch, list[_Structure]]:
@@ -414,7 +413,6 @@ def build_batch(runs: Sequence[Run]) -> tuple[Batch, list[_Structure]]:
     iterations = np.array([[j.iterations if r.only_job in (None, j.name) else 0
                             for j in r.scenario.jobs] for r in runs], dtype=int)
     start = np.array([[start_offsets_ms(r.scenario, r.seed)[j.name] / 1000
-                       + dict(r.shifts_ms).get(j.name, 0.0) / 1000
                        for j in r.scenario.jobs] for r in runs])
     aggs = [r.scheme.aggressiveness for r in runs]
     batch = Batch(
@@ -485,17 +483,14 @@ def to_traces(runs: Sequence[Run], batch: Batch, structs: Sequence[_Structure],
             scenario=run.scenario.name, scheme=run.scheme.name, backend="fluid",
             seed=run.seed, jobs=tuple(jobs), links=links,
             provenance={**base, "topology": run.scenario.topology.to_dict()},
-            params={**run.scheme.to_dict(), "only_job": run.only_job,
-                    **({"shifts_ms": dict(run.shifts_ms)} if run.shifts_ms else {})}))
+            params={**run.scheme.to_dict(), "only_job": run.only_job}))
     return traces
 
 
 def run_once(scenario: Scenario, scheme: Scheme, seed: int, only_job: str | None = None,
-             options: FluidOptions | None = None, shifts_ms: dict[str, float] | None = None
-             ) -> Trace:
+             options: FluidOptions | None = None) -> Trace:
     """One run on the fluid model, as one common trace (with link samples)."""
-    run = Run(scenario, scheme, seed, only_job, tuple(sorted((shifts_ms or {}).items())))
-    return run_many([run], options)[0]
+    return run_many([Run(scenario, scheme, seed, only_job)], options)[0]
 
 
 def hotnets_shift(delta: float, a_t: float, slope: float, intercept: float) -> float:

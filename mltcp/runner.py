@@ -8,6 +8,7 @@ Output directory layout (stable):
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Sequence
@@ -16,6 +17,8 @@ from pathlib import Path
 from mltcp.errors import SpecError
 from mltcp.report import build_report
 from mltcp.scenario import DEDICATED, Scenario, Scheme, load_scenario
+from mltcp.schedule import apply_schedule
+from mltcp.trace import Trace
 
 _last_line = [0.0]
 
@@ -66,21 +69,29 @@ def run_scenario(scenario_ref: str, out_dir: str | Path, schemes: Sequence[str] 
               "\033[K" if sys.stderr.isatty() else f"[{done}/{len(planned)}] {stem} done",
               file=sys.stderr, flush=True)
 
+    scheduled = {scheme.name: apply_schedule(scenario, scheme)
+                 for scheme in {s.name: s for _, s, _, _ in planned}.values()}
+
+    def save(done: int, stem: str, trace: Trace) -> None:
+        shifts = scheduled[trace.scheme][1]
+        if shifts:        # a centralized schedule moved the starts: say by how much
+            trace = dataclasses.replace(trace, params={**trace.params, "shifts_ms": shifts})
+        trace.save(out / "traces" / f"{stem}.json")
+        step(done, stem)
+
     if backend == "fluid":
         from mltcp import fluid
 
-        traces = fluid.run_many([fluid.Run(scenario, scheme, seed, only)
+        traces = fluid.run_many([fluid.Run(scheduled[scheme.name][0], scheme, seed, only)
                                  for _, scheme, seed, only in planned])
         for done, ((stem, *_), trace) in enumerate(zip(planned, traces, strict=True), 1):
-            trace.save(out / "traces" / f"{stem}.json")
-            step(done, stem)
+            save(done, stem, trace)
     else:
         from mltcp import testbed
 
         for done, (stem, scheme, seed, only) in enumerate(planned, 1):
-            trace = testbed.run_once(scenario, scheme, seed, only_job=only, progress=_progress)
-            trace.save(out / "traces" / f"{stem}.json")
-            step(done, stem)
+            save(done, stem, testbed.run_once(scheduled[scheme.name][0], scheme, seed,
+                                              only_job=only, progress=_progress))
     report = build_report(out)
     print(f"wrote {out}/report.json, summary.md and plots", file=sys.stderr)
     return report

@@ -63,7 +63,9 @@ _JOB_KEYS = (
 _PHASE_KEYS = ("compute_ms", "share")
 MAX_PHASES = 16
 _F_KEYS = ("slope", "intercept", "cap")
-_SCHEME_KEYS = ("name", "cc", "mltcp", *_F_KEYS)
+_SCHEME_KEYS = ("name", "cc", "mltcp", *_F_KEYS, "schedule")
+# Centralized schedules a scheme can apply before its jobs start ("none": start as specified).
+SCHEDULES = ("none", "cassini")
 
 _MISSING: Any = object()
 
@@ -365,6 +367,8 @@ class Scheme:
     """A congestion-control setting to compare: standard ``cc`` or its MLTCP version.
 
     With ``mltcp`` false, slope/intercept/cap are 0/1/None, i.e. F == 1.
+    ``schedule = "cassini"`` runs the standard algorithm after shifting the jobs'
+    starts by Cassini's time-shifts (the centralized baseline, :mod:`mltcp.schedule`).
     """
 
     name: str
@@ -373,6 +377,7 @@ class Scheme:
     slope: float = 1.0
     intercept: float = 1.0
     cap: float | None = None
+    schedule: str = "none"
 
     @property
     def aggressiveness(self) -> Aggressiveness:
@@ -391,6 +396,8 @@ class Scheme:
             out |= {"slope": self.slope, "intercept": self.intercept}
             if self.cap is not None:
                 out["cap"] = self.cap
+        if self.schedule != "none":
+            out["schedule"] = self.schedule
         return out
 
 
@@ -794,12 +801,20 @@ def _parse_scheme(raw: object, index: int) -> Scheme:
     if not isinstance(mltcp, bool):
         raise SpecError(t.at("mltcp"), f"must be true or false (got {mltcp!r})",
                         "use mltcp = true (MLTCP) or mltcp = false (the standard algorithm)")
+    schedule = t.get("schedule", "", "none")
+    if schedule not in SCHEDULES:
+        raise SpecError(t.at("schedule"), f"unknown schedule {schedule!r}",
+                        f"use one of: {', '.join(SCHEDULES)}")
+    if schedule != "none" and mltcp:
+        raise SpecError(t.at("schedule"), f"{schedule} is a centralized alternative to MLTCP",
+                        "compare them as two schemes: one with mltcp = true, one with "
+                        f'mltcp = false and schedule = "{schedule}"')
     if not mltcp:
         for key in _F_KEYS:
             if key in t.data:
                 raise SpecError(t.at(key), "only applies with mltcp = true (the standard "
                                 "algorithm has F = 1)", f"remove {key}, or set mltcp = true")
-        return Scheme(name, cc, False, 0.0, 1.0, None)
+        return Scheme(name, cc, False, 0.0, 1.0, None, schedule)
     default = Aggressiveness()
     with _under(path):
         f = Aggressiveness(t.get("slope", "", default.slope),

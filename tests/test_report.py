@@ -20,9 +20,12 @@ def _job(name: str, period: float, comm: float, offset: float, n: int = 10) -> J
 
 
 def _trace(scheme: str, seed: int, jobs: tuple[JobTrace, ...], mltcp: bool,
-           cc: str = "cubic") -> Trace:
+           cc: str = "cubic", schedule: str | None = None) -> Trace:
+    params = {"name": scheme, "cc": cc, "mltcp": mltcp}
+    if schedule:
+        params["schedule"] = schedule
     return Trace(scenario="toy", scheme=scheme, backend="test", seed=seed, jobs=jobs,
-                 params={"name": scheme, "cc": cc, "mltcp": mltcp})
+                 params=params)
 
 
 @pytest.fixture
@@ -75,6 +78,16 @@ def test_mltcp_is_also_compared_with_every_other_standard_scheme(run_dir):
     assert report["schemes"]["reno"]["speedup_vs_standard"] is None
     summary = (run_dir / "summary.md").read_text()
     assert "| mltcp-cubic | 1.50x / 1.50x | 2.00x / 2.00x |" in summary
+
+
+def test_cassini_is_a_rival_not_the_baseline(run_dir):
+    for seed in (0, 1):   # Cassini: shifted starts, 0.25 s iterations; its name sorts first
+        _trace("cassini", seed, (_job("a", 0.25, 0.1, 0), _job("b", 0.25, 0.1, 0.1)), False,
+               schedule="cassini").save(run_dir / "traces" / f"cassini-seed{seed}.json")
+    report = build_report(run_dir)
+    ml = report["schemes"]["mltcp-cubic"]
+    assert ml["speedup"]["baseline"] == "cubic"
+    assert ml["speedup_vs_standard"]["cassini"]["mean"] == pytest.approx(1.25)
 
 
 def test_table_has_one_row_per_scheme(run_dir):

@@ -78,9 +78,11 @@ def test_compatible_pair_contents() -> None:
         assert (job.compute_ms, job.bytes_per_worker, job.workers, job.iterations,
                 job.start_offset_ms, job.connections, job.collective) == (
             120, 10 * MB, 2, 40, 0, 1, Collective.RING_ALLREDUCE)
-    assert [(x.name, x.module_name, x.slope, x.intercept) for x in s.schemes] == [
-        ("cubic", "cubic", 0.0, 1.0), ("reno", "reno", 0.0, 1.0),
-        ("mltcp-cubic", "mltcp_cubic", 4.0, 1.0), ("mltcp-reno", "mltcp_reno", 4.0, 1.0)]
+    assert [(x.name, x.module_name, x.slope, x.intercept, x.schedule) for x in s.schemes] == [
+        ("cubic", "cubic", 0.0, 1.0, "none"), ("reno", "reno", 0.0, 1.0, "none"),
+        ("mltcp-cubic", "mltcp_cubic", 4.0, 1.0, "none"),
+        ("mltcp-reno", "mltcp_reno", 4.0, 1.0, "none"),
+        ("cassini", "cubic", 0.0, 1.0, "cassini")]
 
 
 def test_dctcp_pair_and_leaf_spine_contents() -> None:
@@ -317,6 +319,17 @@ def test_bad_phases_name_the_field(phases: object, keep_compute: bool, field: st
     assert_spec_error(_with_phases(phases, keep_compute), field)
 
 
+@pytest.mark.parametrize(("mutate", "field", "words"), [
+    (lambda d: d["schemes"][0].update(schedule="oracle"), "schemes[0].schedule", "cassini"),
+    (lambda d: d["schemes"][2].update(schedule="cassini"), "schemes[2].schedule",
+     "mltcp = false"),
+])
+def test_bad_schedule_names_the_field(mutate: Mutation, field: str, words: str) -> None:
+    data = dumbbell()
+    mutate(data)
+    assert words in assert_spec_error(data, field).fix
+
+
 def test_unknown_key_lists_allowed_keys() -> None:
     data = dumbbell()
     data["topology"]["queue_packet"] = 100
@@ -481,7 +494,7 @@ def test_with_schemes() -> None:
     assert [x.name for x in only.schemes] == ["cubic", "mltcp-reno"]  # scenario order
     assert only.jobs == s.jobs and only.topology == s.topology
     assert [x.name for x in s.with_schemes("reno").schemes] == ["reno"]
-    assert len(s.schemes) == 4  # the original is unchanged
+    assert len(s.schemes) == 5  # the original is unchanged
     with pytest.raises(SpecError) as caught:
         s.with_schemes(["cubic", "bbr"])
     assert caught.value.field == "schemes" and "mltcp-cubic" in caught.value.fix
