@@ -208,8 +208,13 @@ class _Simulation:
         self.rem = np.zeros_like(batch.flow_bytes)
         self.sent = np.zeros_like(batch.flow_bytes)
         self.tol = batch.flow_bytes * _REL_TOL + 1e-6
-        self.mltcp = (batch.slope != 0) | (batch.intercept != 1)
+        self.mltcp = ((batch.slope != 0) | (batch.intercept != 1))[:, None]
+        self.slope, self.intercept = batch.slope[:, None], batch.intercept[:, None]
+        self.cap = batch.cap[:, None]
+        self.inv_bytes = np.divide(1.0, batch.flow_bytes, out=np.zeros_like(batch.flow_bytes),
+                                   where=batch.flow_bytes > 0)
         self.step_bytes = batch.flow_bytes / max(opt.f_steps, 1)
+        self.inv_step = self.inv_bytes * max(opt.f_steps, 1)
         self.record_links = record_links
         self.link_cum = np.zeros_like(batch.capacity)
         if record_links:
@@ -271,22 +276,21 @@ class _Simulation:
 
     def advance(self) -> bool:
         """Move every lane to its next event; False when no lane has one left."""
-        b, opt = self.b, self.opt
+        b = self.b
         busy = self.rem > self.tol
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.clip(np.where(b.flow_bytes > 0, self.sent / b.flow_bytes, 0.0), 0, 1)
-        f = np.minimum(b.intercept[:, None] + b.slope[:, None] * ratio, b.cap[:, None])
+        ratio = np.minimum(self.sent * self.inv_bytes, 1.0)
+        f = np.minimum(self.intercept + self.slope * ratio, self.cap)
         rate = _weighted_max_min(np.where(busy, f * b.weight, 0.0), b.incidence, b.capacity)
         moving = busy & (rate > 0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            dt = np.minimum(np.where(moving, self.rem / rate, np.inf).min(axis=1),
-                            np.where(self.computing, self.compute_end - self.t[:, None],
-                                     np.inf).min(axis=1))
-            if opt.f_steps:
-                step = np.where(self.step_bytes > 0, self.step_bytes, 1.0)
-                marks = (np.floor(self.sent / step + 1e-9) + 1) * self.step_bytes
-                dt_f = np.where(moving & self.mltcp[:, None], (marks - self.sent) / rate, np.inf)
-                dt = np.minimum(dt, dt_f.min(axis=1))
+        inf = np.full_like(rate, np.inf)
+        dt = np.minimum(np.divide(self.rem, rate, out=inf.copy(), where=moving).min(axis=1),
+                        np.where(self.computing, self.compute_end - self.t[:, None],
+                                 np.inf).min(axis=1))
+        if self.opt.f_steps:
+            # Time until each MLTCP flow's bytes_ratio reaches its next 1/f_steps mark.
+            marks = (np.floor(self.sent * self.inv_step + 1e-9) + 1) * self.step_bytes
+            dt = np.minimum(dt, np.divide(marks - self.sent, rate, out=inf,
+                                          where=moving & self.mltcp).min(axis=1))
         live = np.isfinite(dt)
         if not live.any():
             if busy.any():

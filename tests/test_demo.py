@@ -35,6 +35,9 @@ def test_live_demo_runs_two_jobs_and_cleans_up(clean_datapath, tmp_path):
     assert [int(r[0]) for r in table] == list(range(6))
     assert out.exists()
     # The demo loaded mltcp_cubic itself, so it unloaded it and removed its jobs.
+    cassini = json.loads((out_dir / "traces" / "cassini-seed0.json").read_text())
+    assert cassini["params"]["schedule"] == "cassini"      # Cassini ran on the kernel too
+    assert cassini["params"]["shifts_ms"]["b"] > 0
     assert datapath.settle() == []
 
 
@@ -69,10 +72,11 @@ def test_demo_compares_every_scheme_with_dedicated(clean_datapath, tmp_path):
     printed = io.StringIO()
     assert run_compare_demo(str(out_dir), seed=0, scenario=str(spec), out=printed) == 0
     rows = re.findall(r"^\| ([a-z-]+) \| (\d)/1 \|", printed.getvalue(), re.M)
-    assert sorted(r[0] for r in rows) == ["cubic", "mltcp-cubic", "mltcp-reno", "reno"]
+    assert sorted(r[0] for r in rows) == ["cassini", "cubic", "mltcp-cubic", "mltcp-reno",
+                                          "reno"]
     report = json.loads((out_dir / "report.json").read_text())
     assert set(report["dedicated_means"]) == {"a", "b"}
     assert sorted(p.name for p in (out_dir / "traces").iterdir()) == sorted(
-        [f"{s}-seed0.json" for s in ("cubic", "reno", "mltcp-cubic", "mltcp-reno")]
+        [f"{s}-seed0.json" for s in ("cubic", "reno", "mltcp-cubic", "mltcp-reno", "cassini")]
         + ["dedicated-a-seed0.json", "dedicated-b-seed0.json"])
     assert datapath.settle() == []
