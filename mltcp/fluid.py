@@ -153,27 +153,50 @@ class BatchResult:
         return self.end - self.start
 
 
-def _weighted_max_min(weight: np.ndarray, incidence: np.ndarray,
+class _Routing:
+    """Which flows cross which links: one (F, K) matrix when every lane routes alike
+    (one matrix product per use), else (L, F, K) per lane (ECMP picks differ by seed)."""
+
+    def __init__(self, incidence: np.ndarray) -> None:
+        self.shared = bool((incidence == incidence[:1]).all())
+        self.matrix = incidence[0] if self.shared else incidence
+        self.links = incidence.shape[2]
+
+    def per_link(self, per_flow: np.ndarray) -> np.ndarray:
+        """(L, F) -> (L, K): the sum over each link's flows."""
+        if self.shared:
+            return per_flow @ self.matrix
+        return np.einsum("lf,lfk->lk", per_flow, self.matrix)
+
+    def per_flow(self, per_link: np.ndarray) -> np.ndarray:
+        """(L, K) -> (L, F): the sum over each flow's links."""
+        if self.shared:
+            return per_link @ self.matrix.T
+        return np.einsum("lfk,lk->lf", self.matrix, per_link)
+
+
+def _weighted_max_min(weight: np.ndarray, incidence: np.ndarray | _Routing,
                       capacity: np.ndarray) -> np.ndarray:
     """Rates (L, F) of weighted max-min fairness by progressive filling.
 
     All unfrozen flows grow in proportion to their weight until a link fills;
     the flows on it freeze; repeat.  A flow with weight 0 gets rate 0.
     """
+    routing = incidence if isinstance(incidence, _Routing) else _Routing(incidence)
     rate = np.zeros_like(weight)
     active = weight > 0
     left = capacity.copy()
     full_tol = capacity * 1e-12
-    for _ in range(incidence.shape[2] + 1):
+    for _ in range(routing.links + 1):
         w = np.where(active, weight, 0.0)
-        demand = np.einsum("lf,lfk->lk", w, incidence)          # weight per link
+        demand = routing.per_link(w)                             # weight per link
         with np.errstate(divide="ignore", invalid="ignore"):
             level = np.where(demand > 0, left / demand, np.inf).min(axis=1)   # (L,)
         level = np.where(np.isfinite(level), level, 0.0)
         rate += w * level[:, None]
         left = np.maximum(left - demand * level[:, None], 0.0)
         full = (left <= full_tol) & (demand > 0)                     # (L, K)
-        active &= ~(np.einsum("lfk,lk->lf", incidence, full.astype(float)) > 0)
+        active &= ~(routing.per_flow(full.astype(float)) > 0)
         if not active.any():
             break
     return rate
@@ -216,6 +239,7 @@ class _Simulation:
         self.step_bytes = batch.flow_bytes / max(opt.f_steps, 1)
         self.inv_step = self.inv_bytes * max(opt.f_steps, 1)
         self.record_links = record_links
+        self.routing = _Routing(batch.incidence)
         self.link_cum = np.zeros_like(batch.capacity)
         if record_links:
             self.result.link_times.append(self.t.copy())
@@ -280,7 +304,7 @@ class _Simulation:
         busy = self.rem > self.tol
         ratio = np.minimum(self.sent * self.inv_bytes, 1.0)
         f = np.minimum(self.intercept + self.slope * ratio, self.cap)
-        rate = _weighted_max_min(np.where(busy, f * b.weight, 0.0), b.incidence, b.capacity)
+        rate = _weighted_max_min(np.where(busy, f * b.weight, 0.0), self.routing, b.capacity)
         moving = busy & (rate > 0)
         inf = np.full_like(rate, np.inf)
         dt = np.minimum(np.divide(self.rem, rate, out=inf.copy(), where=moving).min(axis=1),
@@ -304,7 +328,7 @@ class _Simulation:
         self.sent = self.sent + np.where(moving, moved, 0.0)
         self.t = self.t + dt
         if self.record_links:
-            self.link_cum = self.link_cum + np.einsum("lf,lfk->lk", moved, b.incidence)
+            self.link_cum = self.link_cum + self.routing.per_link(moved)
             self.result.link_times.append(self.t.copy())
             self.result.link_bytes.append(self.link_cum.copy())
         return True

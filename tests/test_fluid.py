@@ -100,6 +100,13 @@ def test_weighted_max_min_on_a_two_link_chain() -> None:
     # A flow with weight 0 (not communicating) gets nothing and frees its share.
     rate = fluid._weighted_max_min(np.array([[0.0, 1.0, 1.0]]), inc, cap)
     assert rate[0] == pytest.approx([0.0, 1.0, 1.0])
+    # Lanes that route differently (ECMP by seed): each lane as if it were alone.
+    other = np.array([[[0, 1], [1, 1], [1, 0]]], dtype=float)
+    both = fluid._weighted_max_min(np.ones((2, 3)), np.concatenate([inc, other]),
+                                   np.concatenate([cap, cap]))
+    assert both[0] == pytest.approx([0.5, 0.5, 1.5])
+    assert both[1] == pytest.approx(fluid._weighted_max_min(np.ones((1, 3)), other, cap)[0])
+    assert both[1] == pytest.approx([1.5, 0.5, 0.5])
 
 
 def test_lanes_are_independent() -> None:
