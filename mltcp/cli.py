@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("scenario", help="an example name or a TOML file")
     sw.add_argument("--param", action="append", required=True, metavar="NAME=V1,V2,...",
                     help="grid axis (repeatable): slope, intercept, cap, load, compute_ms, "
-                         "jobs, iterations")
+                         "compute_jitter_ms, jobs, iterations")
     sw.add_argument("--seeds", default="0", help="e.g. 0-9 or 0,3,7 (default: %(default)s)")
     sw.add_argument("--scheme", help="the MLTCP scheme to vary (default: the scenario's first)")
     sw.add_argument("--out", required=True, help="output directory")

@@ -49,7 +49,14 @@ import numpy as np
 
 from mltcp.errors import SpecError
 from mltcp.graph import NetworkGraph, directed_id, graph_for, ring_link_ids
-from mltcp.scenario import JobPhase, Scenario, Scheme, placement, start_offsets_ms
+from mltcp.scenario import (
+    JobPhase,
+    Scenario,
+    Scheme,
+    compute_jitter_ms,
+    placement,
+    start_offsets_ms,
+)
 from mltcp.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace, provenance
 
 MSS_BYTES = 1448
@@ -109,6 +116,7 @@ class Batch:
     cap: np.ndarray               # (L,) inf = no cap
     iterations: np.ndarray        # (L, J) int; 0 = the job does not run in this lane
     start: np.ndarray             # (L, J) first iteration's start
+    jitter: np.ndarray | None = None   # (L, J, N) seconds added to iteration k's first compute
 
     @property
     def lanes(self) -> int:
@@ -125,6 +133,8 @@ class Batch:
                 "phase_compute": (n_lanes, n_jobs, n_phases), "weight": (n_lanes, n_flows),
                 "slope": (n_lanes,), "intercept": (n_lanes,), "cap": (n_lanes,),
                 "iterations": (n_lanes, n_jobs), "start": (n_lanes, n_jobs)}
+        if self.jitter is not None:
+            want["jitter"] = (n_lanes, n_jobs, max(int(self.iterations.max(initial=0)), 1))
         for name, shape in want.items():
             if getattr(self, name).shape != shape:
                 raise SpecError(f"batch.{name}", f"shape {getattr(self, name).shape}",
@@ -224,8 +234,10 @@ class _Simulation:
         self.it = np.zeros((n_lanes, n_jobs), dtype=int)
         self.phase = np.zeros((n_lanes, n_jobs), dtype=int)
         self.computing = self.running.copy()
-        self.compute_end = np.where(self.running, batch.start + batch.phase_compute[:, :, 0],
-                                    np.inf)
+        self.jitter = (batch.jitter if batch.jitter is not None
+                       else np.zeros((n_lanes, n_jobs, n_iter)))
+        self.compute_end = np.where(self.running, batch.start + batch.phase_compute[:, :, 0]
+                                    + self.jitter[:, :, 0], np.inf)
         self._record("start", self.running, batch.start)
         self.communicating = np.zeros((n_lanes, n_jobs), dtype=bool)
         self.rem = np.zeros_like(batch.flow_bytes)
@@ -295,6 +307,9 @@ class _Simulation:
         self._record("start", nxt & last, times)
         self.sent = np.where(self._flows_of(last & self.running), 0.0, self.sent)
         comp = np.take_along_axis(b.phase_compute, self.phase[:, :, None], 2)[:, :, 0]
+        k = np.minimum(self.it, self.jitter.shape[2] - 1)[:, :, None]
+        comp = comp + np.where(self.phase == 0, np.take_along_axis(self.jitter, k, 2)[:, :, 0],
+                               0.0)
         self.compute_end = np.where(nxt, now + comp, self.compute_end)
         self.computing |= nxt
 
@@ -442,6 +457,12 @@ def build_batch(runs: Sequence[Run]) -> tuple[Batch, list[_Structure]]:
                             for j in r.scenario.jobs] for r in runs], dtype=int)
     start = np.array([[start_offsets_ms(r.scenario, r.seed)[j.name] / 1000
                        for j in r.scenario.jobs] for r in runs])
+    n_iter = max(int(iterations.max(initial=0)), 1)
+    jitter = np.zeros((n_lanes, len(names), n_iter))
+    for lane, r in enumerate(runs):
+        drawn = compute_jitter_ms(r.scenario, r.seed)
+        for j, name in enumerate(names):
+            jitter[lane, j, :len(drawn[name])] = np.array(drawn[name]) / 1000
     aggs = [r.scheme.aggressiveness for r in runs]
     batch = Batch(
         job_names=names, link_ids=first.link_ids, flow_job=np.array(first.flow_job),
@@ -454,7 +475,7 @@ def build_batch(runs: Sequence[Run]) -> tuple[Batch, list[_Structure]]:
         slope=np.array([a.slope for a in aggs], dtype=float),
         intercept=np.array([a.intercept for a in aggs], dtype=float),
         cap=np.array([a.cap if a.cap is not None else np.inf for a in aggs], dtype=float),
-        iterations=iterations, start=start)
+        iterations=iterations, start=start, jitter=jitter)
     return batch, structs
 
 

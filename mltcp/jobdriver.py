@@ -58,6 +58,7 @@ class DriverSpec:
     iterations: int
     t0: float                  # CLOCK_MONOTONIC of the scenario's time 0
     start_offset_ms: float = 0.0
+    compute_jitter_ms: list[float] = field(default_factory=list)   # per iteration, added
     out: str = ""
     listener_cc: str | None = None   # DCTCP receivers must run DCTCP too (ECN echo)
 
@@ -177,7 +178,8 @@ def run_job(spec: DriverSpec) -> dict:
             time.sleep(delay)
         for k in range(spec.iterations):
             it_start = time.monotonic()
-            time.sleep(spec.compute_ms / 1000)
+            jitter = spec.compute_jitter_ms[k] if k < len(spec.compute_jitter_ms) else 0.0
+            time.sleep(max(0.0, spec.compute_ms + jitter) / 1000)
             comm_start = time.monotonic()
             barrier.wait()
             barrier.wait()

@@ -58,7 +58,7 @@ _LEAF_SPINE_KEYS = ("leaves", "spines", "hosts_per_leaf", "oversubscription")
 _TOPOLOGY_KEYS = _COMMON_TOPOLOGY_KEYS + _DUMBBELL_KEYS + _LEAF_SPINE_KEYS
 _JOB_KEYS = (
     "name", "compute_ms", "bytes_per_iteration", "workers", "placement", "connections",
-    "start_offset_ms", "iterations", "collective", "phases",
+    "start_offset_ms", "iterations", "collective", "phases", "compute_jitter_ms",
 )
 _PHASE_KEYS = ("compute_ms", "share")
 MAX_PHASES = 16
@@ -320,6 +320,10 @@ class ScenarioJob:
     start_offset_ms: float = 0.0
     collective: Collective = Collective.RING_ALLREDUCE
     phases: tuple[JobPhase, ...] | None = None
+    # Standard deviation of a per-iteration Gaussian added to the (first) compute phase:
+    # real training steps vary (data loading, stragglers), and that noise is what a
+    # schedule must withstand.  See compute_jitter_ms().
+    compute_jitter_ms: float = 0.0
 
     def phase_list(self) -> tuple[JobPhase, ...]:
         """The iteration's steps: ``phases``, or one step of compute_ms and all bytes."""
@@ -359,6 +363,8 @@ class ScenarioJob:
         if self.phases is not None:
             out["phases"] = [{"compute_ms": p.compute_ms, "share": p.share}
                              for p in self.phases]
+        if self.compute_jitter_ms:
+            out["compute_jitter_ms"] = self.compute_jitter_ms
         return out
 
 
@@ -508,6 +514,25 @@ def start_offsets_ms(scenario: Scenario, seed: int) -> dict[str, float]:
     this one function so a seed means the same start on all of them."""
     rng = random.Random(seed)
     return {job.name: job.start_offset_ms + rng.uniform(0, 1.0) for job in scenario.jobs}
+
+
+def compute_jitter_ms(scenario: Scenario, seed: int) -> dict[str, list[float]]:
+    """Per job, the ms added to each iteration's first compute phase (0 without jitter).
+
+    Gaussian with the job's ``compute_jitter_ms`` as standard deviation, never taking the
+    phase below 0 ms, seeded by (seed, job name) so that every backend draws the same
+    sequence for the same seed.
+    """
+    out = {}
+    for job in scenario.jobs:
+        first = job.phase_list()[0].compute_ms
+        if not job.compute_jitter_ms:
+            out[job.name] = [0.0] * job.iterations
+            continue
+        rng = random.Random(f"{seed}/{job.name}/compute")
+        out[job.name] = [max(-first, rng.gauss(0.0, job.compute_jitter_ms))
+                         for _ in range(job.iterations)]
+    return out
 
 
 def _too_many_workers(index: int, workers: int, hosts: int) -> tuple[str, str, str]:
@@ -711,6 +736,8 @@ def _parse_job(raw: object, index: int, topology: Topology) -> ScenarioJob:
                        "connections = 1")
     offset = _number(t.get("start_offset_ms", "", 0.0), t.at("start_offset_ms"),
                      0, MAX_START_OFFSET_MS, "start_offset_ms = 0")
+    jitter = _number(t.get("compute_jitter_ms", "", 0.0), t.at("compute_jitter_ms"),
+                     0, MAX_COMPUTE_MS, "compute_jitter_ms = 10")
     iterations = _int(t.get("iterations", "iterations = 20"), t.at("iterations"), 1, 10_000,
                       "iterations = 20")
     with _under(path, {"gradient_bytes": "bytes_per_iteration"}):
@@ -720,7 +747,7 @@ def _parse_job(raw: object, index: int, topology: Topology) -> ScenarioJob:
     if "placement" in t.data:
         hosts = _parse_placement(t.data["placement"], t.at("placement"), workers, topology)
     return ScenarioJob(name, compute, size, workers, iterations, hosts, connections, offset,
-                       collective, phases)
+                       collective, phases, jitter)
 
 
 def _parse_phases(raw: object, field: str) -> tuple[JobPhase, ...]:

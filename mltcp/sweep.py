@@ -10,6 +10,7 @@ Grid parameters (``name=v1,v2,...``):
 * ``slope``, ``intercept``, ``cap``: the MLTCP scheme's F;
 * ``load``: multiplies every job's bytes per iteration (1 = as in the scenario);
 * ``compute_ms``: every job's compute time per iteration;
+* ``compute_jitter_ms``: every job's per-iteration compute noise (standard deviation);
 * ``jobs``: that many identical copies of the scenario's first job (named j1..jN;
   on a dumbbell the topology grows to 2N hosts so each copy gets fresh hosts);
 * ``iterations``: iterations per job.
@@ -45,7 +46,7 @@ from mltcp.scenario import DEDICATED, Scenario, ScenarioJob, Scheme, load_scenar
 from mltcp.trace import provenance
 
 SCHEME_PARAMS = ("slope", "intercept", "cap")
-SCENARIO_PARAMS = ("load", "compute_ms", "jobs", "iterations")
+SCENARIO_PARAMS = ("load", "compute_ms", "compute_jitter_ms", "jobs", "iterations")
 PARAMS = SCHEME_PARAMS + SCENARIO_PARAMS
 _INT_PARAMS = ("jobs", "iterations")
 DEFAULT_CHUNK = 256
@@ -154,6 +155,12 @@ def variant(spec: SweepSpec, point: Mapping[str, float]) -> tuple[Scenario, Sche
             raise SpecError("param.compute_ms", f"{point['compute_ms']} is negative",
                             "use compute times >= 0")
         jobs = [dataclasses.replace(j, compute_ms=point["compute_ms"]) for j in jobs]
+    if "compute_jitter_ms" in point:
+        if point["compute_jitter_ms"] < 0:
+            raise SpecError("param.compute_jitter_ms", f"{point['compute_jitter_ms']} is "
+                            "negative", "use standard deviations >= 0 (ms)")
+        jobs = [dataclasses.replace(j, compute_jitter_ms=point["compute_jitter_ms"])
+                for j in jobs]
     if "iterations" in point:
         jobs = [dataclasses.replace(j, iterations=int(point["iterations"])) for j in jobs]
     return dataclasses.replace(sc, jobs=tuple(jobs)), scheme

@@ -38,7 +38,14 @@ from mltcp.errors import MltcpError, SpecError
 from mltcp.fabric import Fabric, dumbbell, leaf_spine
 from mltcp.graph import ring_link_ids
 from mltcp.jobdriver import DRIVER_MODULE, DriverSpec, WorkerSpec
-from mltcp.scenario import Scenario, ScenarioJob, Scheme, placement, start_offsets_ms
+from mltcp.scenario import (
+    Scenario,
+    ScenarioJob,
+    Scheme,
+    compute_jitter_ms,
+    placement,
+    start_offsets_ms,
+)
 from mltcp.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace, provenance
 
 JOB_PREFIX = "tb-"            # MLTCP jobs the testbed attaches (testbed clean removes them)
@@ -138,6 +145,7 @@ def run_once(scenario: Scenario, scheme: Scheme, seed: int, only_job: str | None
     attached: list[str] = []
     places = placement(scenario)
     offsets = start_offsets_ms(scenario, seed)
+    jitter = compute_jitter_ms(scenario, seed)
     try:
         with build_fabric(scenario) as fab:
             marked = scheme.cc == "dctcp"
@@ -160,7 +168,7 @@ def run_once(scenario: Scenario, scheme: Scheme, seed: int, only_job: str | None
                     job=job.name, workers=workers, cc=cc, connections=job.connections,
                     compute_ms=job.compute_ms, bytes_per_worker=job.comm_bytes_per_worker(),
                     iterations=job.iterations, t0=t0,
-                    start_offset_ms=offsets[job.name],
+                    start_offset_ms=offsets[job.name], compute_jitter_ms=jitter[job.name],
                     out=str(tmp / f"{job.name}.json"),
                     listener_cc=cc if scheme.cc == "dctcp" else None))
             sampler = _LinkSampler(fab, t0, marked)

@@ -518,3 +518,21 @@ def test_scenario_is_frozen() -> None:
     s: Scenario = load_scenario("compatible-pair")
     with pytest.raises(AttributeError):
         s.name = "other"  # type: ignore[misc]
+
+
+def test_compute_jitter_is_seeded_per_job_and_never_negative() -> None:
+    from mltcp.scenario import compute_jitter_ms
+
+    data = dumbbell()
+    for job in data["jobs"]:
+        job["compute_jitter_ms"] = 200.0          # larger than the 120 ms compute
+    sc = parse_scenario(data)
+    assert sc.job("a").compute_jitter_ms == 200.0
+    assert parse_scenario(sc.to_dict()) == sc
+    one, again, other = compute_jitter_ms(sc, 1), compute_jitter_ms(sc, 1), compute_jitter_ms(sc, 2)
+    assert one == again and one != other and one["a"] != one["b"]
+    assert all(len(v) == 40 for v in one.values())
+    assert min(min(v) for v in one.values()) >= -120.0      # compute never below 0 ms
+    assert compute_jitter_ms(load_scenario("compatible-pair"), 1)["a"] == [0.0] * 40
+    data["jobs"][0]["compute_jitter_ms"] = -1
+    assert_spec_error(data, "jobs[0].compute_jitter_ms")

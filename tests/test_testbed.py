@@ -177,3 +177,19 @@ def test_model_parallel_phases_are_refused_before_anything_is_built():
         testbed.run_once(sc, sc.scheme("cubic"), seed=0)
     assert err.value.field == "jobs[0].phases" and "fluid" in err.value.fix
     _no_leftovers()
+
+
+def test_compute_jitter_is_the_seeded_sequence(clean_datapath):
+    """The job driver sleeps compute + the jitter every backend draws for this seed."""
+    from mltcp.scenario import compute_jitter_ms
+
+    sc = short("compatible-pair", iterations=4)
+    sc = dataclasses.replace(sc, jobs=tuple(dataclasses.replace(j, compute_jitter_ms=30.0)
+                                            for j in sc.jobs))
+    trace = testbed.run_once(sc, sc.scheme("cubic"), seed=3, only_job="a")
+    drawn = compute_jitter_ms(sc, 3)["a"]
+    assert len({round(x) for x in drawn}) > 1          # it really varies
+    for it, jitter in zip(trace.job("a").iterations, drawn, strict=True):
+        slept_ms = (it.comm_start - it.start) * 1000
+        assert 120 + jitter - 1 <= slept_ms <= 120 + jitter + 20, (slept_ms, jitter)
+    _no_leftovers()
