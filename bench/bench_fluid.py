@@ -7,7 +7,11 @@ simulated per second of wall time (engine only), and end to end (engine + traces
 metrics, what a sweep pays per run), each also as a ratio to the single-lane rate
 measured in the same run, since this machine is shared and noisy.
 
-Part 2, Cassini: the rotation search for N jobs on one link at 5 degrees (N = 2..10,
+Part 2, two cores: the same total work (2 x the largest batch) in one process, and
+split over two worker processes, side by side (the target: >= 1e5 job-iterations per
+second on this machine's 2 cores).
+
+Part 3, Cassini: the rotation search for N jobs on one link at 5 degrees (N = 2..10,
 random periods and phases, seeded), wall time per optimisation (median of rounds).
 
 Writes JSON and a PNG:
@@ -71,6 +75,48 @@ def fluid_rates(rounds: int, lanes_list: tuple[int, ...]) -> list[dict]:
             if r["f_steps"] == f_steps:
                 r["speedup_vs_one_lane"] = (r["engine_job_iterations_per_s"]
                                             / base["engine_job_iterations_per_s"])
+    return rows
+
+
+def _simulate_lanes(lanes: int, f_steps: int) -> float:
+    """Build and run ``lanes`` seeds of the compatible pair in this process; engine seconds."""
+    sc = load_scenario("compatible-pair")
+    batch, _ = fluid.build_batch([fluid.Run(sc, sc.scheme("mltcp-cubic"), seed)
+                                  for seed in range(lanes)])
+    t0 = time.perf_counter()
+    fluid.simulate(batch, fluid.FluidOptions(f_steps=f_steps))
+    return time.perf_counter() - t0
+
+
+def two_core_rates(rounds: int, lanes: int) -> list[dict]:
+    """The same total work split over 2 worker processes (one batch each) against 1
+    process doing it all, side by side: job-iterations per second of engine time (the
+    two halves run at once, so the slower half's time is the wall time; building the
+    batches is not counted in either)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    sc = load_scenario("compatible-pair")
+    per_lane = sum(j.iterations for j in sc.jobs)
+    rows = []
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        list(pool.map(_simulate_lanes, [10, 10], [0, 0]))          # start both workers
+        for f_steps in F_STEPS:
+            one, two = [], []
+            for _ in range(rounds):
+                one.append(_simulate_lanes(lanes, f_steps))
+                # Both halves run at once; the slower one's engine time is the wall time.
+                two.append(max(pool.map(_simulate_lanes, [lanes // 2, lanes - lanes // 2],
+                                        [f_steps, f_steps])))
+            n = lanes * per_lane
+            rows.append({"f_steps": f_steps, "lanes": lanes,
+                         "one_core_job_iterations_per_s": n / statistics.median(one),
+                         "two_cores_job_iterations_per_s": n / statistics.median(two),
+                         "two_over_one": statistics.median(one) / statistics.median(two)})
+            print(f"f_steps={f_steps} {lanes} lanes: 1 core "
+                  f"{rows[-1]['one_core_job_iterations_per_s']:9.0f}, 2 cores "
+                  f"{rows[-1]['two_cores_job_iterations_per_s']:9.0f} job-it/s "
+                  f"(x{rows[-1]['two_over_one']:.2f})",
+                  flush=True)
     return rows
 
 
@@ -141,7 +187,9 @@ def main() -> None:
     lanes = tuple(n for n in LANES if n <= args.max_lanes)
     result = {"schema": "mltcp.bench.fluid/1", "machine": platform.machine(),
               "provenance": provenance(), "rounds": args.rounds,
-              "fluid": fluid_rates(args.rounds, lanes), "cassini": cassini_times(args.rounds)}
+              "fluid": fluid_rates(args.rounds, lanes),
+              "two_cores": two_core_rates(args.rounds, max(lanes) * 2),
+              "cassini": cassini_times(args.rounds)}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
