@@ -32,7 +32,7 @@ def _progress(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
-BACKENDS = ("netns", "fluid")
+BACKENDS = ("netns", "fluid", "ns3")
 
 
 def _planned_runs(scenario: Scenario, seeds: Sequence[int],
@@ -87,11 +87,13 @@ def run_scenario(scenario_ref: str, out_dir: str | Path, schemes: Sequence[str] 
         for done, ((stem, *_), trace) in enumerate(zip(planned, traces, strict=True), 1):
             save(done, stem, trace)
     else:
-        from mltcp import testbed
-
+        if backend == "ns3":
+            from mltcp.ns3sim.backend import run_once
+        else:
+            from mltcp.testbed import run_once
         for done, (stem, scheme, seed, only) in enumerate(planned, 1):
-            save(done, stem, testbed.run_once(scheduled[scheme.name][0], scheme, seed,
-                                              only_job=only, progress=_progress))
+            save(done, stem, run_once(scheduled[scheme.name][0], scheme, seed, only_job=only,
+                                      progress=_progress))
     report = build_report(out)
     print(f"wrote {out}/report.json, summary.md and plots", file=sys.stderr)
     return report

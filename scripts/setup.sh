@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepare a fresh machine for mltcp: Debian packages (only those missing), bpffs,
 # and a virtual environment in .venv with mltcp installed (editable), its test tools and
-# the sweep extra (Dask, pandas, pyarrow), so that every test runs.
+# the sweep (Dask, pandas, pyarrow) and ns3 (ns-3 bindings, cppyy) extras, so that every
+# test runs.
 # Idempotent: a second run installs nothing and takes a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +35,6 @@ stamp=.venv/.mltcp-installed
 if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
   echo "setup: installing mltcp and its test tools into .venv" >&2
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e '.[test,sweep]'
+  .venv/bin/python -m pip install -q -e '.[test,sweep,ns3]'
   touch "$stamp"
 fi

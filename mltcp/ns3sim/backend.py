@@ -1,0 +1,95 @@
+"""The ns-3 backend: one scenario run = one worker process, with progress and a budget.
+
+``run_once`` has the signature of the other backends' (:func:`mltcp.testbed.run_once`,
+:func:`mltcp.fluid.run_once`) and returns the same common trace.  ns-3 is an optional
+extra (``pip install 'mltcp[ns3]'``): without it the backend says so in one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from mltcp.errors import CapabilityError, MltcpError, SpecError
+from mltcp.scenario import Scenario, Scheme
+from mltcp.trace import Trace, load_trace
+
+WORKER = "mltcp.ns3sim.worker"
+DEFAULT_BUDGET_S = 1800.0          # wall-clock seconds one run may take
+STARTUP_S = 60.0                   # importing ns-3 and compiling the MLTCP classes
+
+Progress = Callable[[str], None]
+
+
+def require_ns3() -> None:
+    """Raise a one-line CapabilityError when the ns-3 bindings are not installed."""
+    if importlib.util.find_spec("ns") is None or importlib.util.find_spec("cppyy") is None:
+        raise CapabilityError("the ns3 backend needs the ns-3 Python bindings: "
+                              "pip install 'mltcp[ns3]' (PyPI ns3 3.44 with cppyy)")
+
+
+def max_sim_seconds(scenario: Scenario) -> float:
+    """Simulated time after which a run that has not finished is an error: twice the
+    worst case in which every iteration of every job shares the bottleneck with all
+    the others, plus start offsets and jitter, plus 5 s."""
+    all_comm_s = sum(j.comm_bytes_per_worker() for j in scenario.jobs) * 8 / (
+        scenario.topology.bottleneck_mbit * 1e6)
+    longest = max((j.start_offset_ms + j.iterations * (j.compute_ms + 3 * j.compute_jitter_ms))
+                  / 1000 + j.iterations * all_comm_s for j in scenario.jobs)
+    return 2 * longest + 5.0
+
+
+def run_once(scenario: Scenario, scheme: Scheme, seed: int, only_job: str | None = None,
+             progress: Progress | None = None, budget_s: float = DEFAULT_BUDGET_S) -> Trace:
+    """Run the scenario (or one job alone) once on ns-3 in a worker process."""
+    require_ns3()
+    for index, job in enumerate(scenario.jobs):
+        if job.phases is not None:
+            raise SpecError(f"jobs[{index}].phases", "the ns3 backend runs one communication "
+                            "phase per iteration", "run model-parallel phases with --backend "
+                            "fluid, or give compute_ms instead of phases")
+    if scenario.topology.kind != "dumbbell":
+        raise SpecError("topology.kind", "the ns3 backend builds dumbbells so far",
+                        "run leaf_spine scenarios with --backend netns or fluid")
+    say = progress or (lambda _msg: None)
+    with tempfile.TemporaryDirectory(prefix="mltcp-ns3-") as tmp:
+        out = Path(tmp) / "trace.json"
+        spec = {"scenario": scenario.to_dict(), "scheme": dataclasses.asdict(scheme),
+                "seed": seed, "only_job": only_job, "out": str(out),
+                "max_sim_s": max_sim_seconds(scenario)}
+        spec_path = Path(tmp) / "spec.json"
+        spec_path.write_text(json.dumps(spec))
+        proc = subprocess.Popen([sys.executable, "-m", WORKER, str(spec_path)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        started, errors = time.monotonic(), []
+        try:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                if line.startswith("progress "):
+                    sim_s = float(line.split()[1])
+                    say(f"{scenario.name} / {scheme.name} / seed {seed}: ns-3 at {sim_s:.1f} s "
+                        f"simulated, {time.monotonic() - started:.0f} s wall")
+                elif "materialize symbols" not in line:      # a harmless cling notice
+                    errors.append(line.rstrip())
+                if time.monotonic() - started > budget_s + STARTUP_S:
+                    proc.kill()
+                    raise MltcpError(f"ns-3 run {scenario.name}/{scheme.name}/seed {seed} "
+                                     f"exceeded its {budget_s:.0f} s wall-clock budget")
+            proc.wait()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if proc.returncode != 0 or not out.exists():
+            tail = next((e for e in reversed(errors) if e.strip() and not e.startswith("#")),
+                        f"exit status {proc.returncode}")
+            raise MltcpError(f"ns-3 run {scenario.name}/{scheme.name}/seed {seed} failed: "
+                             f"{tail}")
+        return load_trace(out)

@@ -1,0 +1,242 @@
+"""One ns-3 run, in its own process: build the scenario's network, run its jobs, write
+the common trace.
+
+ns-3 keeps global simulator state and cppyy can abort the interpreter on a C++
+fault, so every run is a fresh ``python -m mltcp.ns3sim.worker SPEC.json`` process
+(started by :mod:`mltcp.ns3sim.backend`).  It prints ``progress <sim seconds>`` lines
+on stderr while it runs and writes the trace to the path in the spec.
+
+Network: every node of :func:`mltcp.graph.graph_for` becomes an ns-3 node, every link
+a point-to-point link at its rate (unshaped host links at the topology's host rate)
+with ``LINK_DELAY`` of propagation delay.  Shaped links get a FIFO queue disc of the
+scenario's queue size in bytes (as the testbed's bfifo), or, for DCTCP schemes, a RED
+queue disc used as a step ECN marker at ``ecn_threshold_bytes`` (instantaneous queue).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from mltcp.graph import directed_id, graph_for, ring_link_ids
+from mltcp.scenario import (
+    FRAME_BYTES,
+    Scheme,
+    compute_jitter_ms,
+    parse_scenario,
+    placement,
+    start_offsets_ms,
+)
+from mltcp.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace, provenance
+
+HERE = Path(__file__).resolve().parent
+LINK_DELAY = "5us"                 # per link: a data-centre base RTT of a few tens of µs
+DEVICE_QUEUE = "4p"                # the NIC ring below the queue disc: keep it small
+SAMPLE_S = 0.01
+MSS = 1448
+CC_TYPES = {"reno": "ns3::TcpLinuxReno", "cubic": "ns3::TcpCubic", "dctcp": "ns3::TcpDctcp"}
+MLTCP_TYPES = {"reno": "ns3::MltcpReno", "cubic": "ns3::MltcpCubic", "dctcp": "ns3::MltcpDctcp"}
+DEFAULT_ECN_BYTES = 30_000
+RCV_BUF_BYTES = 64 << 20
+LINUX_RTO_MIN_MS = 200
+
+
+def load_ns3():
+    """Import ns-3 and compile the MLTCP classes into it (a few seconds)."""
+    import cppyy
+    from ns import ns
+
+    cppyy.add_include_path(str(HERE))
+    cppyy.include(str(HERE / "mltcp_sim.h"))
+    for name in ("MltcpReno", "MltcpCubic", "MltcpDctcp"):
+        getattr(cppyy.gbl.ns3, name).GetTypeId()     # registers the TypeId
+    return ns, cppyy.gbl
+
+
+def cc_type(scheme: Scheme) -> str:
+    """The ns-3 class of a scheme (MLTCP classes run unmodified on flows of no job)."""
+    return (MLTCP_TYPES if scheme.mltcp else CC_TYPES)[scheme.cc]
+
+
+def _queue_disc(ns, topo, scheme: Scheme, rate_mbit: float):
+    tch = ns.TrafficControlHelper()
+    limit = topo.queue_packets * FRAME_BYTES
+    if scheme.cc == "dctcp":
+        k = topo.ecn_threshold_bytes or DEFAULT_ECN_BYTES
+        tch.SetRootQueueDisc("ns3::RedQueueDisc",
+                             "MaxSize", ns.QueueSizeValue(ns.QueueSize(f"{limit}B")),
+                             "UseEcn", ns.BooleanValue(True),
+                             "UseHardDrop", ns.BooleanValue(False),
+                             "MeanPktSize", ns.UintegerValue(FRAME_BYTES),
+                             "MinTh", ns.DoubleValue(k / FRAME_BYTES),
+                             "MaxTh", ns.DoubleValue(k / FRAME_BYTES),
+                             "QW", ns.DoubleValue(1.0),
+                             "LinkBandwidth", ns.DataRateValue(ns.DataRate(f"{rate_mbit}Mbps")),
+                             "LinkDelay", ns.TimeValue(ns.Time(LINK_DELAY)))
+    else:
+        tch.SetRootQueueDisc("ns3::FifoQueueDisc",
+                             "MaxSize", ns.QueueSizeValue(ns.QueueSize(f"{limit}B")))
+    return tch
+
+
+def build_network(ns, scenario, scheme: Scheme):
+    """ns-3 nodes and links for the scenario; returns (nodes by name, host address,
+    queue discs by directed link id)."""
+    topo = scenario.topology
+    graph = graph_for(topo)
+    nodes = {}
+    for name in [*graph.hosts, *graph.switches]:
+        container = ns.NodeContainer()
+        container.Create(1)
+        nodes[name] = container.Get(0)
+    # Order matters in ns-3: devices, then the internet stack, then queue discs, then
+    # addresses (assigning an address installs a default queue disc where none is).
+    devices = []
+    for link in graph.links:
+        rate = link.rate_mbit or topo.host_link_mbit
+        p2p = ns.PointToPointHelper()
+        p2p.SetDeviceAttribute("DataRate", ns.StringValue(f"{rate}Mbps"))
+        p2p.SetChannelAttribute("Delay", ns.StringValue(LINK_DELAY))
+        p2p.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", ns.StringValue(DEVICE_QUEUE))
+        pair = ns.NodeContainer()
+        pair.Add(nodes[link.a])
+        pair.Add(nodes[link.b])
+        devices.append(p2p.Install(pair))
+    stack = ns.InternetStackHelper()
+    for node in nodes.values():
+        stack.Install(node)
+    addr = ns.Ipv4AddressHelper()
+    host_addr, queues = {}, {}
+    for k, (link, devs) in enumerate(zip(graph.links, devices, strict=True)):
+        if link.rate_mbit:
+            discs = _queue_disc(ns, topo, scheme, link.rate_mbit).Install(devs)
+            queues[directed_id(link, link.a, link.b)] = discs.Get(0)
+            queues[directed_id(link, link.b, link.a)] = discs.Get(1)
+        addr.SetBase(ns.Ipv4Address(f"10.{k // 250}.{k % 250}.0"), ns.Ipv4Mask("255.255.255.0"))
+        ifs = addr.Assign(devs)
+        for end, index in ((link.a, 0), (link.b, 1)):
+            if end in graph.hosts and end not in host_addr:
+                host_addr[end] = ifs.GetAddress(index)
+    ns.Ipv4GlobalRoutingHelper.PopulateRoutingTables()
+    return nodes, host_addr, queues, graph
+
+
+def run(spec: dict) -> Trace:
+    scenario = parse_scenario(spec["scenario"], "spec")
+    scheme = Scheme(**spec["scheme"])
+    seed, only_job = spec["seed"], spec.get("only_job")
+    ns, gbl = load_ns3()
+    ns.RngSeedManager.SetSeed(1 + seed)
+    ns.Config.SetDefault("ns3::TcpSocket::SegmentSize", ns.UintegerValue(MSS))
+    ns.Config.SetDefault("ns3::TcpSocket::DelAckCount", ns.UintegerValue(1))
+    # Linux autotunes its buffers; ns-3's default 128 KB receive window would cap every
+    # flow below the bottleneck's queue, so congestion control would never act.
+    ns.Config.SetDefault("ns3::TcpSocket::RcvBufSize", ns.UintegerValue(RCV_BUF_BYTES))
+    # ns-3's minimum RTO is 1 s; Linux's is 200 ms unless the scenario lowers it.
+    rto_ms = scenario.topology.rto_min_ms or LINUX_RTO_MIN_MS
+    ns.Config.SetDefault("ns3::TcpSocketBase::MinRto", ns.TimeValue(ns.MilliSeconds(rto_ms)))
+    if scheme.cc == "dctcp":
+        ns.Config.SetDefault("ns3::TcpSocketBase::UseEcn", ns.StringValue("On"))
+    nodes, host_addr, queues, graph = build_network(ns, scenario, scheme)
+    places = placement(scenario)
+    offsets = start_offsets_ms(scenario, seed)
+    jitter = compute_jitter_ms(scenario, seed)
+    agg = scheme.aggressiveness
+    jobs = []
+    for index, job in enumerate(scenario.jobs):
+        if only_job not in (None, job.name):
+            continue
+        tj = gbl.ns3.TrainingJob()
+        hosts = places[job.name]
+        for h in hosts:
+            tj.nodes.push_back(nodes[h])
+            tj.addrs.push_back(host_addr[h])
+        tj.port = 9000 + index
+        tj.share_bytes = job.comm_bytes_per_worker()
+        tj.iterations = job.iterations
+        tj.compute_s = job.compute_ms / 1000
+        for x in jitter[job.name]:
+            tj.jitter_s.push_back(x / 1000)
+        tj.cc_type = cc_type(scheme)
+        if scheme.mltcp:
+            tj.job_id = index + 1
+            gap_ns = int(min(max(job.compute_ms / 4, 5.0), 50.0) * 1e6)
+            for h in hosts:
+                gbl.ns3.MltcpJobs.Configure(index + 1, nodes[h].GetId(),
+                                            job.comm_bytes_per_worker(), agg.slope,
+                                            agg.intercept, agg.cap or 0.0, gap_ns)
+        tj.Start(offsets[job.name] / 1000)
+        jobs.append((job, tj, hosts))
+    sampler = gbl.ns3.LinkSampler()
+    link_ids = sorted(queues)
+    for lid in link_ids:
+        sampler.queues.push_back(queues[lid])
+    sampler.period_s = SAMPLE_S
+    sampler.Start()
+    watcher = gbl.ns3.DoneWatcher()
+    for _, tj, _ in jobs:
+        watcher.jobs.push_back(tj)
+    watcher.sampler = sampler
+    watcher.Start()
+    horizon = spec["max_sim_s"]
+    started = time.monotonic()
+    t = 0.0
+    while t < horizon and not all(tj.done for _, tj, _ in jobs):
+        t = min(t + spec.get("progress_step_s", 0.5), horizon)
+        ns.Simulator.Stop(ns.Seconds(t) - ns.Simulator.Now())     # Stop takes a delay
+        ns.Simulator.Run()
+        print(f"progress {ns.Simulator.Now().GetSeconds():.3f} {time.monotonic() - started:.1f}",
+              file=sys.stderr, flush=True)
+    job_traces = []
+    for job, tj, hosts in jobs:
+        if not tj.done:
+            raise RuntimeError(f"job {job.name} finished {tj.rec_comm_end.size()} of "
+                               f"{job.iterations} iterations within {horizon} s simulated")
+        recs = []
+        for k in range(job.iterations):
+            start, cs, ce = tj.rec_start[k], tj.rec_comm_start[k], tj.rec_comm_end[k]
+            recs.append(IterationRecord(k, start, cs, ce, ce,
+                                        job.comm_bytes_per_worker() * job.workers))
+        job_traces.append(JobTrace(job.name, tuple(ring_link_ids(graph, hosts)), tuple(recs)))
+    rates = {lk.id: lk.rate_mbit for lk in graph.links}
+    links = []
+    times = list(sampler.times)
+    for q, lid in enumerate(link_ids):
+        prev_t, prev_b, samples = 0.0, 0, []
+        for i, ts in enumerate(times):
+            sent = int(sampler.sent[q][i])
+            bps = 8 * (sent - prev_b) / max(ts - prev_t, 1e-9)
+            samples.append(LinkSample(ts, bps, int(sampler.backlog[q][i]),
+                                      int(sampler.marks[q][i]), int(sampler.drops[q][i])))
+            prev_t, prev_b = ts, sent
+        links.append(LinkTrace(lid, rates[lid.split(":", 1)[0]] * 1e6, tuple(samples)))
+    ns.Simulator.Destroy()
+    return Trace(scenario=scenario.name, scheme=scheme.name, backend="ns3", seed=seed,
+                 jobs=tuple(job_traces), links=tuple(links),
+                 provenance=provenance({"topology": scenario.topology.to_dict(),
+                                        "ns3": {"version": "3.44", "link_delay": LINK_DELAY,
+                                                "cc_type": cc_type(scheme)}}),
+                 params={**scheme.to_dict(), "only_job": only_job})
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m mltcp.ns3sim.worker SPEC.json", file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[0]).read_text())
+    trace = run(spec)
+    trace.save(spec["out"])
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    # Leave without running finalizers: tearing down cppyy proxies of ns-3 objects after
+    # Simulator::Destroy can corrupt the heap at exit, and everything is written already.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,147 @@
+"""The ns-3 backend: the C++ tracker against the Python reference, F == 1 against ns-3's
+own classes, MLTCP's unfairness, and the backend's errors.
+
+Simulations are small (a 100 Mbit/s dumbbell, 1 MB iterations) because each run is a
+fresh process that first imports ns-3 and compiles the MLTCP classes (~15-20 s).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import random
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from mltcp.aggressiveness import Aggressiveness
+from mltcp.errors import CapabilityError, SpecError
+from mltcp.iteration import IterationTracker
+from mltcp.scenario import Scheme, load_scenario
+
+HAVE_CPPYY = importlib.util.find_spec("cppyy") is not None
+HAVE_NS3 = HAVE_CPPYY and importlib.util.find_spec("ns") is not None
+needs_cppyy = pytest.mark.skipif(not HAVE_CPPYY, reason="needs cppyy (pip install 'mltcp[ns3]')")
+needs_ns3 = pytest.mark.skipif(not HAVE_NS3, reason="needs the ns-3 bindings "
+                               "(pip install 'mltcp[ns3]')")
+HEADER = Path(__file__).resolve().parents[1] / "mltcp" / "ns3sim" / "mltcp_tracker.h"
+
+
+@needs_cppyy
+@pytest.mark.parametrize("seed", range(4))
+def test_cpp_tracker_matches_the_python_reference_event_for_event(seed: int) -> None:
+    import cppyy
+
+    cppyy.include(str(HEADER))
+    rng = random.Random(seed)
+    budget = rng.choice([0, 10_000, 1_000_000])
+    agg = Aggressiveness(rng.choice([0.0, 1.0, 4.0]), rng.choice([0.5, 1.0]),
+                         rng.choice([None, 3.0])).to_fixed()
+    gap_ns = 5_000_000
+    py = IterationTracker(budget, gap_ns, agg)
+    cpp = cppyy.gbl.mltcp.IterationTracker()
+    cpp.budget, cpp.gap_ns = budget, gap_ns
+    cpp.agg.slope_fp, cpp.agg.intercept_fp, cpp.agg.cap_fp = (agg.slope_fp, agg.intercept_fp,
+                                                              agg.cap_fp)
+    now = 1_000
+    for _ in range(3000):
+        now += rng.choice([10_000, 100_000, 8_000_000])      # some gaps exceed gap_ns
+        if rng.random() < 0.1:
+            out = rng.choice([0, 0, 3])
+            assert cpp.OnTxStart(now, out) == py.on_tx_start(now, out)
+        else:
+            delta = rng.choice([1448, 2896, 65_160, 7])
+            assert cpp.OnAck(delta, now) == py.on_ack(delta, now)
+        st = py.state
+        assert (cpp.bytes_in_iter, cpp.bytes_since_gap, cpp.iteration, cpp.last_ack_ns,
+                cpp.last_iter_bytes, cpp.total_bytes, cpp.f_fp) == (
+            st.bytes_in_iter, st.bytes_since_gap, st.iteration, st.last_ack_ns,
+            st.last_iter_bytes, st.total_bytes, st.f_fp)
+        assert list(cpp.history) == st.history
+    frac = cppyy.gbl.std.vector["unsigned long"]([0])
+    from mltcp.aggressiveness import scale_acked
+    py_frac = 0
+    for acked, f_fp in [(3, 98_304), (1, 70_000), (45, 65_536), (2, 131_071)]:
+        expect, py_frac = scale_acked(acked, f_fp, py_frac)
+        assert cppyy.gbl.mltcp.ScaleAcked(acked, f_fp, frac.data()) == expect
+        assert frac[0] == py_frac
+
+
+def _small(name: str = "compatible-pair", iterations: int = 3):
+    """The scenario at 100 Mbit/s with 1 MB per worker per iteration."""
+    sc = load_scenario(name)
+    topo = dataclasses.replace(sc.topology, bottleneck_mbit=100, queue_packets=100)
+    return dataclasses.replace(sc, topology=topo, jobs=tuple(
+        dataclasses.replace(j, iterations=iterations, bytes_per_worker=1_000_000,
+                            compute_ms=40) for j in sc.jobs))
+
+
+def _runs(jobs: list[tuple]) -> list:
+    from mltcp.ns3sim.backend import run_once
+
+    with ThreadPoolExecutor(max_workers=2) as pool:   # each run is its own process
+        return list(pool.map(lambda a: run_once(*a), jobs))
+
+
+def _records(trace) -> list[tuple]:
+    return [(j.name, r.index, r.start, r.comm_start, r.comm_end) for j in trace.jobs
+            for r in j.iterations]
+
+
+@needs_ns3
+def test_f_equal_one_is_ns3s_own_algorithm_exactly() -> None:
+    """MLTCP classes with F == 1 (slope 0, intercept 1) give bit-identical runs to ns-3's
+    TcpLinuxReno / TcpCubic: the scaling is the identity, so every event is the same."""
+    sc = _small()
+    flat = {cc: Scheme(f"mltcp-{cc}-flat", cc, True, 0.0, 1.0) for cc in ("reno", "cubic")}
+    native = {cc: Scheme(cc, cc, False) for cc in ("reno", "cubic")}
+    traces = _runs([(sc, s, 0) for cc in ("reno", "cubic") for s in (native[cc], flat[cc])])
+    for k in (0, 2):
+        assert traces[k].params["mltcp"] is False and traces[k + 1].params["mltcp"] is True
+        assert _records(traces[k]) == _records(traces[k + 1])
+        for a, b in zip(traces[k].links, traces[k + 1].links, strict=True):
+            assert a.samples == b.samples
+    assert _records(traces[0]) != _records(traces[2])     # reno and cubic do differ
+
+
+@needs_ns3
+def test_f_above_one_grows_faster_in_congestion_avoidance() -> None:
+    """One job alone, one 20 MB phase on 100 Mbit/s: F pinned at 2 (slope 0, intercept
+    2) probes the queue twice as fast in congestion avoidance, so it overflows it more
+    often than F = 1.  Slow start is identical (unscaled), so every extra drop comes
+    from congestion avoidance.  Measured (deterministic): cubic 9 -> 28 drops, reno
+    181 -> 193 (reno's slow-start overshoot dominates its count)."""
+    sc = _small(iterations=1)
+    sc = dataclasses.replace(sc, jobs=tuple(dataclasses.replace(j, bytes_per_worker=20_000_000)
+                                            for j in sc.jobs))
+    runs = [(sc, Scheme(f"f{f}-{cc}", cc, True, 0.0, float(f)), 0, "a")
+            for cc in ("cubic", "reno") for f in (1, 2)]
+    drops = [sum(link.samples[-1].drops for link in t.links) for t in _runs(runs)]
+    cubic1, cubic2, reno1, reno2 = drops
+    assert cubic1 > 0 and cubic2 >= 2 * cubic1, drops
+    assert reno2 > reno1, drops
+
+
+def test_backend_refuses_what_it_cannot_build(monkeypatch) -> None:
+    from mltcp.ns3sim import backend
+
+    mp = load_scenario("model-parallel")
+    ls = load_scenario("leaf-spine")
+    monkeypatch.setattr(backend, "require_ns3", lambda: None)
+    with pytest.raises(SpecError, match="phases"):
+        backend.run_once(mp, mp.scheme("cubic"), 0)
+    with pytest.raises(SpecError, match="topology.kind"):
+        backend.run_once(ls, ls.scheme("cubic"), 0)
+    monkeypatch.undo()
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(CapabilityError, match=r"mltcp\[ns3\]"):
+        backend.require_ns3()
+
+
+def test_simulated_time_limit_covers_the_worst_case() -> None:
+    from mltcp.ns3sim.backend import max_sim_seconds
+
+    sc = load_scenario("compatible-pair")
+    # 40 iterations of 120 ms compute + both jobs' 20 MB at 1 Gbit/s = 11.2 s, doubled.
+    assert max_sim_seconds(sc) == pytest.approx(2 * (40 * 0.12 + 40 * 0.16) + 5, rel=0.01)
