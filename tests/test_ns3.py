@@ -145,3 +145,25 @@ def test_simulated_time_limit_covers_the_worst_case() -> None:
     sc = load_scenario("compatible-pair")
     # 40 iterations of 120 ms compute + both jobs' 20 MB at 1 Gbit/s = 11.2 s, doubled.
     assert max_sim_seconds(sc) == pytest.approx(2 * (40 * 0.12 + 40 * 0.16) + 5, rel=0.01)
+
+
+@needs_ns3
+def test_a_run_over_its_wall_clock_budget_is_killed(monkeypatch) -> None:
+    import subprocess
+
+    from mltcp.errors import MltcpError
+    from mltcp.ns3sim import backend
+
+    started = []
+
+    class Recorded(subprocess.Popen):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            started.append(self)
+
+    monkeypatch.setattr(backend.subprocess, "Popen", Recorded)
+    monkeypatch.setattr(backend, "STARTUP_S", 0.0)
+    sc = _small()
+    with pytest.raises(MltcpError, match="wall-clock budget"):
+        backend.run_once(sc, sc.scheme("cubic"), 0, budget_s=3.0)   # import alone takes longer
+    assert len(started) == 1 and started[0].poll() is not None     # the worker is gone

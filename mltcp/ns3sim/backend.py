@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -69,7 +70,8 @@ def run_once(scenario: Scenario, scheme: Scheme, seed: int, only_job: str | None
         proc = subprocess.Popen([sys.executable, "-m", WORKER, str(spec_path)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         started, errors = time.monotonic(), []
-        try:
+
+        def read_stderr() -> None:
             assert proc.stderr is not None
             for line in proc.stderr:
                 if line.startswith("progress "):
@@ -78,15 +80,19 @@ def run_once(scenario: Scenario, scheme: Scheme, seed: int, only_job: str | None
                         f"simulated, {time.monotonic() - started:.0f} s wall")
                 elif "materialize symbols" not in line:      # a harmless cling notice
                     errors.append(line.rstrip())
-                if time.monotonic() - started > budget_s + STARTUP_S:
-                    proc.kill()
-                    raise MltcpError(f"ns-3 run {scenario.name}/{scheme.name}/seed {seed} "
-                                     f"exceeded its {budget_s:.0f} s wall-clock budget")
-            proc.wait()
+
+        reader = threading.Thread(target=read_stderr, daemon=True)
+        reader.start()
+        try:
+            proc.wait(timeout=budget_s + STARTUP_S)
+        except subprocess.TimeoutExpired:
+            raise MltcpError(f"ns-3 run {scenario.name}/{scheme.name}/seed {seed} exceeded "
+                             f"its {budget_s:.0f} s wall-clock budget") from None
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+            reader.join(timeout=5)
         if proc.returncode != 0 or not out.exists():
             tail = next((e for e in reversed(errors) if e.strip() and not e.startswith("#")),
                         f"exit status {proc.returncode}")

@@ -1,0 +1,105 @@
+"""ns-3 per-run cost: the MLTCP classes against ns-3's own, side by side.
+
+The same small scenario (compatible pair on a 100 Mbit/s dumbbell, 1 MB per worker per
+iteration, 10 iterations) runs under ns-3's TcpLinuxReno/TcpCubic and under
+MltcpReno/MltcpCubic (slope 4), rounds interleaved so that machine noise hits both.
+Each run is a worker process, as in real use; reported per variant: median wall seconds
+per run, simulated seconds, and the ratio MLTCP / native per congestion control.
+Importing ns-3 and compiling the classes is measured separately (a run that simulates
+nothing), so the ratio of the simulation part is reported too.
+
+    python bench/bench_ns3.py --out bench/results/ns3.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import time
+from pathlib import Path
+
+from mltcp.ns3sim.backend import run_once
+from mltcp.scenario import Scheme, load_scenario
+from mltcp.trace import provenance
+
+VARIANTS = {"reno": Scheme("reno", "reno", False), "mltcp-reno": Scheme("mltcp-reno", "reno",
+                                                                        True, 4.0, 1.0),
+            "cubic": Scheme("cubic", "cubic", False),
+            "mltcp-cubic": Scheme("mltcp-cubic", "cubic", True, 4.0, 1.0)}
+
+
+def scenario(iterations: int):
+    sc = load_scenario("compatible-pair")
+    topo = dataclasses.replace(sc.topology, bottleneck_mbit=100, queue_packets=100)
+    return dataclasses.replace(sc, topology=topo, jobs=tuple(
+        dataclasses.replace(j, iterations=iterations, bytes_per_worker=1_000_000,
+                            compute_ms=40) for j in sc.jobs))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="bench/results/ns3.json")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iterations", type=int, default=10)
+    args = ap.parse_args()
+    sc, startup_sc = scenario(args.iterations), scenario(1)
+    walls: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    startup: list[float] = []
+    sim_s: dict[str, float] = {}
+    for r in range(args.rounds):
+        t0 = time.perf_counter()
+        run_once(dataclasses.replace(startup_sc, jobs=startup_sc.jobs[:1]), VARIANTS["reno"], 0)
+        startup.append(time.perf_counter() - t0)
+        for name, scheme in VARIANTS.items():
+            t0 = time.perf_counter()
+            trace = run_once(sc, scheme, 0)
+            walls[name].append(time.perf_counter() - t0)
+            sim_s[name] = max(job.iterations[-1].end for job in trace.jobs)
+            print(f"round {r}: {name:12s} {walls[name][-1]:6.1f} s wall, "
+                  f"{sim_s[name]:.2f} s simulated", flush=True)
+    base = statistics.median(startup)
+    result = {"schema": "mltcp.bench.ns3/1", "provenance": provenance(),
+              "rounds": args.rounds, "iterations": args.iterations,
+              "startup_s_median": base, "variants": {}}
+    for name in VARIANTS:
+        med = statistics.median(walls[name])
+        result["variants"][name] = {"wall_s_median": med, "simulated_s": sim_s[name],
+                                    "simulation_part_s": med - base}
+    for cc in ("reno", "cubic"):
+        n, m = result["variants"][cc], result["variants"][f"mltcp-{cc}"]
+        result[f"mltcp_over_native_{cc}"] = {
+            "wall": m["wall_s_median"] / n["wall_s_median"],
+            "simulation_part": m["simulation_part_s"] / n["simulation_part_s"]}
+        print(f"{cc}: MLTCP / native wall x{result[f'mltcp_over_native_{cc}']['wall']:.2f}, "
+              f"simulation part x{result[f'mltcp_over_native_{cc}']['simulation_part']:.2f} "
+              f"(startup {base:.1f} s)")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    _plot(result, out.with_suffix(".png"))
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+
+
+def _plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(result["variants"])
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.bar(names, [result["startup_s_median"]] * len(names), label="import + compile")
+    ax.bar(names, [result["variants"][n]["simulation_part_s"] for n in names],
+           bottom=[result["startup_s_median"]] * len(names), label="simulation")
+    ax.set_ylabel("wall seconds per run (median)")
+    ax.set_title("ns-3 per-run cost, MLTCP classes vs native", fontsize="medium")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
