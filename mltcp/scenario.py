@@ -516,6 +516,15 @@ def start_offsets_ms(scenario: Scenario, seed: int) -> dict[str, float]:
     return {job.name: job.start_offset_ms + rng.uniform(0, 1.0) for job in scenario.jobs}
 
 
+def idle_gap_ms(compute_ms: float) -> float:
+    """The silence that ends an MLTCP job's iteration: a quarter of the compute phase,
+    within 5..50 ms.  The backends that run the datapath (netns, ns-3) know the compute
+    time; a fixed 5 ms would also end iterations on the few-ms stalls of a busy
+    emulation host (a starved receiver empties the pipe just as compute does),
+    resetting F in the middle of communication."""
+    return min(max(compute_ms / 4, 5.0), 50.0)
+
+
 def compute_jitter_ms(scenario: Scenario, seed: int) -> dict[str, list[float]]:
     """Per job, the ms added to each iteration's first compute phase (0 without jitter).
 

@@ -43,6 +43,7 @@ from mltcp.scenario import (
     ScenarioJob,
     Scheme,
     compute_jitter_ms,
+    idle_gap_ms,
     placement,
     start_offsets_ms,
 )
@@ -230,14 +231,6 @@ def _attach_markers(fab: Fabric, k_bytes: int) -> None:
     for _lid, port in fab.shaped_ports():
         _MARKED[(port.node, port.dev)] = datapath.attach_marker(port.dev, k_bytes,
                                                                 netns=fab.ns(port.node))
-
-
-def idle_gap_ms(compute_ms: float) -> float:
-    """The silence that ends an MLTCP job's iteration: a quarter of the compute phase,
-    within 5..50 ms.  The testbed knows the compute time; a fixed 5 ms would also end
-    iterations on the few-ms stalls of a busy emulation host (a starved receiver empties
-    the pipe just as compute does), resetting F in the middle of communication."""
-    return min(max(compute_ms / 4, 5.0), 50.0)
 
 
 def _attach_workers(job: ScenarioJob, scheme: Scheme, fab: Fabric, hosts: tuple[str, ...],

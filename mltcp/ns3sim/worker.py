@@ -26,6 +26,7 @@ from mltcp.scenario import (
     FRAME_BYTES,
     Scheme,
     compute_jitter_ms,
+    idle_gap_ms,
     parse_scenario,
     placement,
     start_offsets_ms,
@@ -163,7 +164,7 @@ def run(spec: dict) -> Trace:
         tj.cc_type = cc_type(scheme)
         if scheme.mltcp:
             tj.job_id = index + 1
-            gap_ns = int(min(max(job.compute_ms / 4, 5.0), 50.0) * 1e6)
+            gap_ns = int(idle_gap_ms(job.compute_ms) * 1e6)
             for h in hosts:
                 gbl.ns3.MltcpJobs.Configure(index + 1, nodes[h].GetId(),
                                             job.comm_bytes_per_worker(), agg.slope,
