@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import random
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -77,11 +76,14 @@ def _small(name: str = "compatible-pair", iterations: int = 3):
                             compute_ms=40) for j in sc.jobs))
 
 
+TEST_BUDGET_S = 240.0     # a hung worker fails its test in minutes, not half an hour
+
+
 def _runs(jobs: list[tuple]) -> list:
+    """Run one after the other (two compiling workers at once were seen to hang)."""
     from mltcp.ns3sim.backend import run_once
 
-    with ThreadPoolExecutor(max_workers=2) as pool:   # each run is its own process
-        return list(pool.map(lambda a: run_once(*a), jobs))
+    return [run_once(*a, budget_s=TEST_BUDGET_S) for a in jobs]
 
 
 def _records(trace) -> list[tuple]:

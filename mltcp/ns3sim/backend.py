@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -67,7 +68,10 @@ def run_once(scenario: Scenario, scheme: Scheme, seed: int, only_job: str | None
                 "max_sim_s": max_sim_seconds(scenario)}
         spec_path = Path(tmp) / "spec.json"
         spec_path.write_text(json.dumps(spec))
-        proc = subprocess.Popen([sys.executable, "-m", WORKER, str(spec_path)],
+        # One BLAS thread: numpy's OpenBLAS thread pool and cling's JIT in one process
+        # were seen to deadlock (the worker asleep in a futex while compiling).
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+        proc = subprocess.Popen([sys.executable, "-m", WORKER, str(spec_path)], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         started, errors = time.monotonic(), []
 
