@@ -214,7 +214,8 @@ def run(spec: dict) -> Trace:
                                       int(sampler.marks[q][i]), int(sampler.drops[q][i])))
             prev_t, prev_b = ts, sent
         links.append(LinkTrace(lid, rates[lid.split(":", 1)[0]] * 1e6, tuple(samples)))
-    ns.Simulator.Destroy()
+    # No Simulator::Destroy(): tearing ns-3 down under live cppyy proxies was seen to
+    # corrupt the heap, and the process ends with os._exit right after writing the trace.
     return Trace(scenario=scenario.name, scheme=scheme.name, backend="ns3", seed=seed,
                  jobs=tuple(job_traces), links=tuple(links),
                  provenance=provenance({"topology": scenario.topology.to_dict(),
