@@ -427,11 +427,14 @@ class Run:
     only_job: str | None = None
 
 
-def build_batch(runs: Sequence[Run]) -> tuple[Batch, list[_Structure]]:
-    """Stack runs of one structure (same jobs, links and phase count) into lanes."""
+def build_batch(runs: Sequence[Run], structs: Sequence[_Structure] | None = None
+                ) -> tuple[Batch, list[_Structure]]:
+    """Stack runs of one structure (same jobs, links and phase count) into lanes.
+    ``structs``: the runs' structures where the caller has them already."""
     if not runs:
         raise SpecError("runs", "empty", "give at least one run")
-    structs = [_structure(r.scenario, r.seed) for r in runs]
+    structs = list(structs) if structs is not None else [_structure(r.scenario, r.seed)
+                                                         for r in runs]
     first = structs[0]
     names = [j.name for j in runs[0].scenario.jobs]
     for r, s in zip(runs, structs, strict=True):
@@ -557,8 +560,7 @@ def hotnets_shift(delta: float, a_t: float, slope: float, intercept: float) -> f
     return delta + slope * delta * (a_t - delta) / (a_t * intercept + delta * slope)
 
 
-def _structure_key(run: Run) -> tuple:
-    s = _structure(run.scenario, run.seed)
+def _structure_key(run: Run, s: _Structure) -> tuple:
     return (tuple(j.name for j in run.scenario.jobs), tuple(s.link_ids), tuple(s.flow_job))
 
 
@@ -567,13 +569,14 @@ def run_many(runs: Sequence[Run], options: FluidOptions | None = None,
              progress: Callable[[float], None] | None = None) -> list[Trace]:
     """Traces of ``runs`` in their order; runs of one structure advance as lanes of
     one batch (one numpy step moves all of them), so N seeds cost about one run."""
+    structures = [_structure(run.scenario, run.seed) for run in runs]   # once per run
     groups: dict[tuple, list[int]] = {}
     for i, run in enumerate(runs):
-        groups.setdefault(_structure_key(run), []).append(i)
+        groups.setdefault(_structure_key(run, structures[i]), []).append(i)
     out: list[Trace | None] = [None] * len(runs)
     for indices in groups.values():
         group = [runs[i] for i in indices]
-        batch, structs = build_batch(group)
+        batch, structs = build_batch(group, [structures[i] for i in indices])
         result = simulate(batch, options, record_links=record_links, progress=progress)
         for i, trace in zip(indices, to_traces(group, batch, structs, result, options),
                             strict=True):
