@@ -125,6 +125,21 @@ def build_network(ns, scenario, scheme: Scheme):
     return nodes, host_addr, queues, graph
 
 
+def _create(cls):
+    """A simulation object that C++ ``Ptr`` copies may outlive Python's name for.
+
+    Constructed from Python, the object belongs to Python, which deletes it when its
+    last Python name goes while C++ ``Ptr`` copies (the watcher's job list) still count
+    on it: their later release wrote into freed memory, and glibc aborted with
+    "corrupted double-linked list" in a fresh-clone CI run.  Python gives up ownership
+    here; the object lives until the worker process exits.  (``ns3::Create<T>()``
+    would refcount it properly, but cppyy stores data members assigned through a
+    ``Ptr`` proxy on the proxy, not on the C++ object.)"""
+    obj = cls()
+    obj.__python_owns__ = False
+    return obj
+
+
 def run(spec: dict) -> Trace:
     scenario = parse_scenario(spec["scenario"], "spec")
     scheme = Scheme(**spec["scheme"])
@@ -150,7 +165,7 @@ def run(spec: dict) -> Trace:
     for index, job in enumerate(scenario.jobs):
         if only_job not in (None, job.name):
             continue
-        tj = gbl.ns3.TrainingJob()
+        tj = _create(gbl.ns3.TrainingJob)
         hosts = places[job.name]
         for h in hosts:
             tj.nodes.push_back(nodes[h])
@@ -171,13 +186,13 @@ def run(spec: dict) -> Trace:
                                             agg.intercept, agg.cap or 0.0, gap_ns)
         tj.Start(offsets[job.name] / 1000)
         jobs.append((job, tj, hosts))
-    sampler = gbl.ns3.LinkSampler()
+    sampler = _create(gbl.ns3.LinkSampler)
     link_ids = sorted(queues)
     for lid in link_ids:
         sampler.queues.push_back(queues[lid])
     sampler.period_s = SAMPLE_S
     sampler.Start()
-    watcher = gbl.ns3.DoneWatcher()
+    watcher = _create(gbl.ns3.DoneWatcher)
     for _, tj, _ in jobs:
         watcher.jobs.push_back(tj)
     watcher.sampler = sampler
@@ -214,8 +229,8 @@ def run(spec: dict) -> Trace:
                                       int(sampler.marks[q][i]), int(sampler.drops[q][i])))
             prev_t, prev_b = ts, sent
         links.append(LinkTrace(lid, rates[lid.split(":", 1)[0]] * 1e6, tuple(samples)))
-    # No Simulator::Destroy(): tearing ns-3 down under live cppyy proxies was seen to
-    # corrupt the heap, and the process ends with os._exit right after writing the trace.
+    # No Simulator::Destroy(): the process ends with os._exit once the trace is written,
+    # and nothing needs ns-3's teardown.
     return Trace(scenario=scenario.name, scheme=scheme.name, backend="ns3", seed=seed,
                  jobs=tuple(job_traces), links=tuple(links),
                  provenance=provenance({"topology": scenario.topology.to_dict(),
@@ -237,8 +252,8 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     code = main()
-    # Leave without running finalizers: tearing down cppyy proxies of ns-3 objects after
-    # Simulator::Destroy can corrupt the heap at exit, and everything is written already.
+    # Leave without running finalizers: the trace is written, and interpreter teardown
+    # of cppyy proxies to ns-3 objects only risks an abort after the fact.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
