@@ -40,15 +40,13 @@ ECN/drop columns of its link samples are 0.
 
 from __future__ import annotations
 
-import hashlib
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from mltcp.errors import SpecError
-from mltcp.graph import NetworkGraph, directed_id, graph_for, ring_link_ids
+from mltcp.graph import NetworkGraph, directed_id, graph_for, ring_flow_path, ring_link_ids
 from mltcp.scenario import (
     JobPhase,
     Scenario,
@@ -370,11 +368,6 @@ def simulate(batch: Batch, options: FluidOptions | None = None,
 # --------------------------------------------------------------------------- scenarios
 
 
-def _flow_rng(seed: int, job: str, worker: int) -> random.Random:
-    digest = hashlib.sha256(f"{seed}/{job}/{worker}".encode()).digest()
-    return random.Random(int.from_bytes(digest[:8], "big"))
-
-
 @dataclass(frozen=True)
 class _Structure:
     """What one scenario contributes to a batch lane, before stacking."""
@@ -398,10 +391,8 @@ def _structure(scenario: Scenario, seed: int) -> _Structure:
     for j, job in enumerate(scenario.jobs):
         hosts = places[job.name]
         job_links[job.name] = ring_link_ids(graph, hosts)
-        for i, src in enumerate(hosts):
-            rng = _flow_rng(seed, job.name, i)
-            hops = graph.path(src, hosts[(i + 1) % len(hosts)],
-                              choose=lambda options, rng=rng: rng.randrange(len(options)))
+        for i in range(len(hosts)):
+            hops = ring_flow_path(graph, hosts, i, seed, job.name)
             flow_job.append(j)
             flow_links.append([index[directed_id(link, a, b)] for a, b, link in hops
                                if link.rate_mbit])

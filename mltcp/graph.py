@@ -14,6 +14,8 @@ multipath (ECMP).
 
 from __future__ import annotations
 
+import hashlib
+import random
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -168,3 +170,18 @@ def ring_link_ids(graph: NetworkGraph, hosts: Sequence[str]) -> list[str]:
     cross: what a job's trace lists as its links, on every backend."""
     return sorted({lid for i, h in enumerate(hosts)
                    for lid in graph.directed_link_ids(h, hosts[(i + 1) % len(hosts)])})
+
+
+def ring_flow_path(graph: NetworkGraph, hosts: Sequence[str], worker: int, seed: int,
+                   job: str) -> list[tuple[str, str, LinkSpec]]:
+    """The path of worker ``worker``'s ring flow (to its successor) in run ``seed``.
+
+    Where ECMP offers several next hops, the choice is drawn from a generator seeded
+    by (seed, job, worker): a switch's flow hash, reproducible, and the same in every
+    backend that routes flows itself (the fluid model and ns-3), so their runs of one
+    seed put the same flows on the same spines.  (The netns testbed leaves the choice
+    to the kernel's multipath hash.)"""
+    digest = hashlib.sha256(f"{seed}/{job}/{worker}".encode()).digest()
+    rng = random.Random(int.from_bytes(digest[:8], "big"))
+    return graph.path(hosts[worker], hosts[(worker + 1) % len(hosts)],
+                      choose=lambda options: rng.randrange(len(options)))

@@ -516,13 +516,23 @@ def start_offsets_ms(scenario: Scenario, seed: int) -> dict[str, float]:
     return {job.name: job.start_offset_ms + rng.uniform(0, 1.0) for job in scenario.jobs}
 
 
-def idle_gap_ms(compute_ms: float) -> float:
-    """The silence that ends an MLTCP job's iteration: a quarter of the compute phase,
-    within 5..50 ms.  The backends that run the datapath (netns, ns-3) know the compute
-    time; a fixed 5 ms would also end iterations on the few-ms stalls of a busy
-    emulation host (a starved receiver empties the pipe just as compute does),
-    resetting F in the middle of communication."""
-    return min(max(compute_ms / 4, 5.0), 50.0)
+def idle_gap_ms(job: ScenarioJob) -> float:
+    """The silence that ends an MLTCP job's iteration, for the backends that run the
+    datapath (netns, ns-3), which know the compute time.
+
+    One phase: a quarter of the compute phase, within 5..50 ms.  A fixed 5 ms would
+    also end iterations on the few-ms stalls of a busy emulation host (a starved
+    receiver empties the pipe just as compute does), resetting F in the middle of
+    communication.
+
+    Several phases (model parallelism): the compute between two phases is a silence
+    just like the compute before the first, so no gap can tell them apart; the gap
+    is then longer than any silence of the job (the iteration's whole compute plus
+    four standard deviations of jitter, twice over), and only the byte budget's wrap
+    ends iterations, as bytes_ratio must count the whole iteration."""
+    if job.phases is not None:
+        return 2 * (job.compute_ms + 4 * job.compute_jitter_ms) + 50.0
+    return min(max(job.compute_ms / 4, 5.0), 50.0)
 
 
 def compute_jitter_ms(scenario: Scenario, seed: int) -> dict[str, list[float]]:

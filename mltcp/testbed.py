@@ -242,7 +242,7 @@ def _attach_workers(job: ScenarioJob, scheme: Scheme, fab: Fabric, hosts: tuple[
         name = f"{JOB_PREFIX}{job.name}-w{i}"
         jobs.attach(jobs.JobSpec(name=name, cc=scheme.cc, budget=job.comm_bytes_per_worker(),
                                  slope=agg.slope, intercept=agg.intercept, cap=agg.cap,
-                                 gap_ms=idle_gap_ms(job.compute_ms), stale_s=0,
+                                 gap_ms=idle_gap_ms(job), stale_s=0,
                                  rules=(maps.Rule(fab.host_addr(succ), port),)))
         names.append(name)
     return names

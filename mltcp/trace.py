@@ -9,7 +9,9 @@ under one scheme on one backend:
   compute/communication boundaries the overlap and convergence metrics need;
 * per link, periodic :class:`LinkSample` s (throughput, queue, cumulative ECN
   marks and drops) for utilisation and congestion signals;
-* where the numbers came from (:func:`provenance`) and the scheme's parameters.
+* where the numbers came from (:func:`provenance`) and the scheme's parameters;
+* optionally, per connection, periodic :class:`FlowSample` s of its congestion
+  window, where the backend sees them (ns-3).
 
 Times are seconds since the run's t0 (the backend picks t0, normally the start
 of the first iteration).  The JSON form carries ``"schema": "mltcp.trace/1"``;
@@ -383,6 +385,65 @@ class LinkTrace:
 
 
 @dataclass(frozen=True)
+class FlowSample:
+    """One connection's congestion window (bytes) at time ``t`` (seconds since t0)."""
+
+    t: float
+    cwnd_bytes: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "t", _number("t", self.t))
+        _count("cwnd_bytes", self.cwnd_bytes)
+
+    def to_dict(self) -> dict:
+        return {"t": self.t, "cwnd_bytes": self.cwnd_bytes}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> FlowSample:
+        return cls(**_fields("", data, ("t", "cwnd_bytes")))
+
+
+@dataclass(frozen=True)
+class FlowTrace:
+    """Samples of one connection of a job, in time order: what its congestion control
+    did, for comparing an MLTCP variant's window with its standard algorithm's.
+
+    ``id`` names the connection (``"a/0.1"``: job a, worker 0, connection 1);
+    ``src``/``dst`` are its hosts.  Optional in a trace: backends that see windows
+    (ns-3) record them.
+    """
+
+    id: str
+    job: str
+    src: str
+    dst: str
+    samples: tuple[FlowSample, ...]
+
+    def __post_init__(self) -> None:
+        for name in ("id", "job", "src", "dst"):
+            _text(name, getattr(self, name))
+        samples = tuple(_list("samples", self.samples))
+        for i, s in enumerate(samples):
+            if not isinstance(s, FlowSample):
+                raise SpecError(f"samples[{i}]", f"{type(s).__name__} is not a FlowSample",
+                                "build it with FlowSample(...)")
+            if i and s.t < samples[i - 1].t:
+                raise SpecError(f"samples[{i}].t", f"{s.t} is before the previous sample's "
+                                f"{samples[i - 1].t}", "list samples in time order")
+        object.__setattr__(self, "samples", samples)
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "job": self.job, "src": self.src, "dst": self.dst,
+                "samples": [s.to_dict() for s in self.samples]}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> FlowTrace:
+        d = _fields("", data, ("id", "job", "src", "dst", "samples"))
+        return cls(id=d["id"], job=d["job"], src=d["src"], dst=d["dst"],
+                   samples=_each("samples", d["samples"], FlowSample.from_dict))
+
+
+@dataclass(frozen=True)
 class Trace:
     """One run: a scenario under a scheme on a backend with a seed.
 
@@ -400,6 +461,7 @@ class Trace:
     links: tuple[LinkTrace, ...] = ()
     provenance: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)
+    flows: tuple[FlowTrace, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("scenario", "scheme", "backend"):
@@ -428,8 +490,22 @@ class Trace:
             if link_id in ids[:i]:
                 raise SpecError(f"links[{i}].id", f"{link_id!r} is used twice",
                                 "give every link a unique id")
+        flows = tuple(_list("flows", self.flows))
+        seen: set[str] = set()
+        for i, flow in enumerate(flows):
+            if not isinstance(flow, FlowTrace):
+                raise SpecError(f"flows[{i}]", f"{type(flow).__name__} is not a FlowTrace",
+                                "build it with FlowTrace(...)")
+            if flow.id in seen:
+                raise SpecError(f"flows[{i}].id", f"{flow.id!r} is used twice",
+                                "give every flow a unique id")
+            if flow.job not in names:
+                raise SpecError(f"flows[{i}].job", f"{flow.job!r} is not a job of this trace",
+                                f"use one of {', '.join(names)}")
+            seen.add(flow.id)
         object.__setattr__(self, "jobs", jobs)
         object.__setattr__(self, "links", links)
+        object.__setattr__(self, "flows", flows)
         object.__setattr__(self, "provenance", _json_dict("provenance", self.provenance))
         object.__setattr__(self, "params", _json_dict("params", self.params))
 
@@ -448,11 +524,14 @@ class Trace:
                         f"use one of {', '.join(ln.id for ln in self.links) or '(none)'}")
 
     def to_dict(self) -> dict:
-        return {"schema": SCHEMA, "scenario": self.scenario, "scheme": self.scheme,
-                "backend": self.backend, "seed": self.seed,
-                "jobs": [j.to_dict() for j in self.jobs],
-                "links": [ln.to_dict() for ln in self.links],
-                "provenance": self.provenance, "params": self.params}
+        out = {"schema": SCHEMA, "scenario": self.scenario, "scheme": self.scheme,
+               "backend": self.backend, "seed": self.seed,
+               "jobs": [j.to_dict() for j in self.jobs],
+               "links": [ln.to_dict() for ln in self.links],
+               "provenance": self.provenance, "params": self.params}
+        if self.flows:
+            out["flows"] = [f.to_dict() for f in self.flows]
+        return out
 
     @classmethod
     def from_dict(cls, data: Any) -> Trace:
@@ -465,11 +544,12 @@ class Trace:
             raise SpecError("schema", f"{data.get('schema')!r} is not {SCHEMA!r}",
                             f"load it with the mltcp version that wrote it, or convert it to "
                             f"{SCHEMA}")
-        d = _fields("", data, keys)
+        d = _fields("", data, keys, optional=("flows",))
         return cls(scenario=d["scenario"], scheme=d["scheme"], backend=d["backend"],
                    seed=d["seed"], jobs=_each("jobs", d["jobs"], JobTrace.from_dict),
                    links=_each("links", d["links"], LinkTrace.from_dict),
-                   provenance=d["provenance"], params=d["params"])
+                   provenance=d["provenance"], params=d["params"],
+                   flows=_each("flows", d.get("flows", []), FlowTrace.from_dict))
 
     def save(self, path: str | Path) -> Path:
         """Write the trace as JSON (strict: no NaN/Infinity, which other tools cannot read)."""

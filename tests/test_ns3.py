@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from mltcp.aggressiveness import Aggressiveness
-from mltcp.errors import CapabilityError, SpecError
+from mltcp.errors import CapabilityError
 from mltcp.iteration import IterationTracker
-from mltcp.scenario import Scheme, load_scenario
+from mltcp.scenario import JobPhase, Scheme, load_scenario, placement
 
 HAVE_CPPYY = importlib.util.find_spec("cppyy") is not None
 HAVE_NS3 = HAVE_CPPYY and importlib.util.find_spec("ns") is not None
@@ -94,17 +94,33 @@ def _records(trace) -> list[tuple]:
 @needs_ns3
 def test_f_equal_one_is_ns3s_own_algorithm_exactly() -> None:
     """MLTCP classes with F == 1 (slope 0, intercept 1) give bit-identical runs to ns-3's
-    TcpLinuxReno / TcpCubic: the scaling is the identity, so every event is the same."""
+    TcpLinuxReno / TcpCubic / TcpDctcp: the scaling is the identity, so every event is
+    the same, down to every congestion-window sample (the documented band is zero)."""
     sc = _small()
-    flat = {cc: Scheme(f"mltcp-{cc}-flat", cc, True, 0.0, 1.0) for cc in ("reno", "cubic")}
-    native = {cc: Scheme(cc, cc, False) for cc in ("reno", "cubic")}
-    traces = _runs([(sc, s, 0) for cc in ("reno", "cubic") for s in (native[cc], flat[cc])])
-    for k in (0, 2):
+    ccs = ("reno", "cubic", "dctcp")
+    flat = {cc: Scheme(f"mltcp-{cc}-flat", cc, True, 0.0, 1.0) for cc in ccs}
+    native = {cc: Scheme(cc, cc, False) for cc in ccs}
+    traces = _runs([(sc, s, 0) for cc in ccs for s in (native[cc], flat[cc])])
+    for k in (0, 2, 4):
         assert traces[k].params["mltcp"] is False and traces[k + 1].params["mltcp"] is True
         assert _records(traces[k]) == _records(traces[k + 1])
         for a, b in zip(traces[k].links, traces[k + 1].links, strict=True):
             assert a.samples == b.samples
+        assert [f.samples for f in traces[k].flows] == [f.samples for f in traces[k + 1].flows]
+        # The windows are a real trace: four connections' windows that vary.
+        assert len(traces[k].flows) == 4
+        assert all(len({s.cwnd_bytes for s in f.samples}) > 5 for f in traces[k].flows)
     assert _records(traces[0]) != _records(traces[2])     # reno and cubic do differ
+    # DCTCP runs on a RED step marker at K = 30 KB: it marks, and holds the busy queue
+    # near K (measured: 22 KB on average), where reno fills the FIFO (145 KB) until it
+    # drops (53 KB on average).
+    def busy_queue(trace) -> float:
+        q = [s.queue_bytes for ln in trace.links for s in ln.samples if s.queue_bytes]
+        return sum(q) / len(q)
+
+    assert sum(ln.samples[-1].ecn_marks for ln in traces[4].links) > 0
+    assert busy_queue(traces[4]) < 1.25 * 30_000 and busy_queue(traces[0]) > 1.5 * 30_000
+    assert sum(ln.samples[-1].ecn_marks for ln in traces[0].links) == 0
 
 
 @needs_ns3
@@ -125,20 +141,75 @@ def test_f_above_one_grows_faster_in_congestion_avoidance() -> None:
     assert reno2 > reno1, drops
 
 
-def test_backend_refuses_what_it_cannot_build(monkeypatch) -> None:
+def test_backend_says_what_it_needs_without_ns3(monkeypatch) -> None:
     from mltcp.ns3sim import backend
 
-    mp = load_scenario("model-parallel")
-    ls = load_scenario("leaf-spine")
-    monkeypatch.setattr(backend, "require_ns3", lambda: None)
-    with pytest.raises(SpecError, match="phases"):
-        backend.run_once(mp, mp.scheme("cubic"), 0)
-    with pytest.raises(SpecError, match="topology.kind"):
-        backend.run_once(ls, ls.scheme("cubic"), 0)
-    monkeypatch.undo()
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(CapabilityError, match=r"mltcp\[ns3\]"):
         backend.require_ns3()
+
+
+def test_phase_bytes_add_up_exactly() -> None:
+    from mltcp.ns3sim.worker import phase_bytes
+
+    job = load_scenario("model-parallel").jobs[0]
+    assert phase_bytes(job) == [5_000_000, 5_000_000]
+    thirds = dataclasses.replace(job, bytes_per_worker=1_000_001, phases=(
+        JobPhase(10, 1 / 3), JobPhase(10, 1 / 3), JobPhase(10, 1 / 3)))
+    split = phase_bytes(thirds)
+    assert sum(split) == thirds.comm_bytes_per_worker() and max(split) - min(split) <= 1
+    assert phase_bytes(load_scenario("compatible-pair").jobs[0]) == [10_000_000]
+
+
+def _two_spines(seed_range: range = range(50)):
+    """A small leaf-spine with two spines (100 Mbit/s links), one job across the
+    leaves with two phases over two connections per worker, and a seed whose ECMP
+    draw sends at least one flow over the second spine (so global routing's first
+    path would be wrong)."""
+    from mltcp.graph import graph_for, ring_flow_path
+
+    sc = load_scenario("leaf-spine")
+    topo = dataclasses.replace(sc.topology, spines=2, host_link_mbit=100,
+                               oversubscription=1.0, queue_packets=100)
+    job = dataclasses.replace(sc.jobs[0], iterations=3, bytes_per_worker=1_000_000,
+                              connections=2, phases=(JobPhase(30, 0.25), JobPhase(20, 0.75)),
+                              compute_ms=50)
+    sc = dataclasses.replace(sc, topology=topo, jobs=(job,))
+    graph = graph_for(topo)
+    hosts = placement(sc)["a"]
+    for seed in seed_range:
+        paths = [ring_flow_path(graph, hosts, i, seed, "a") for i in range(len(hosts))]
+        if any(b == "spine2" for path in paths for _, b, _ in path):
+            return sc, seed, graph, paths
+    raise AssertionError("no seed draws the second spine")
+
+
+@needs_ns3
+def test_leaf_spine_flows_take_their_ecmp_paths_and_phases_are_recorded() -> None:
+    """Each ring flow crosses exactly the spine that ring_flow_path drew for this seed
+    (the fluid model's path); a model-parallel iteration records both phases, each
+    after its compute, with the barrier between them."""
+    from mltcp.graph import directed_id
+
+    sc, seed, graph, paths = _two_spines()
+    (trace,) = _runs([(sc, sc.scheme("cubic"), seed)])
+    job = sc.jobs[0]
+    sent = {ln.id: sum(s.throughput_bps * 0.01 / 8 for s in ln.samples) for ln in trace.links}
+    data = {directed_id(link, a, b) for path in paths for a, b, link in path
+            if link.id.startswith("leaf")}
+    total = job.comm_bytes_per_worker() * job.iterations
+    spine_links = [lid for lid in sent if lid.startswith("leaf")]
+    assert data and set(data) <= set(spine_links)
+    for lid in spine_links:
+        if lid in data:
+            assert sent[lid] > 0.9 * total, (lid, sent)
+        else:       # at most the other flow's ACKs
+            assert sent[lid] < 0.1 * total, (lid, sent)
+    assert len(trace.flows) == job.workers * job.connections
+    for rec in trace.job("a").iterations:
+        (a0, a1), (b0, b1) = rec.phases
+        assert a0 == rec.comm_start and b1 == rec.comm_end
+        assert a0 - rec.start >= 0.030 - 1e-9 and b0 - a1 >= 0.020 - 1e-9
 
 
 def test_simulated_time_limit_covers_the_worst_case() -> None:

@@ -166,9 +166,16 @@ mltcp = true
 
 
 def test_idle_gap_follows_the_compute_time_within_bounds():
-    assert testbed.idle_gap_ms(120) == 30       # compatible-pair: a quarter of compute
-    assert testbed.idle_gap_ms(8) == 5          # never below the datapath's default
-    assert testbed.idle_gap_ms(1000) == 50      # long compute: a stall is still not a gap
+    job = load_scenario("compatible-pair").jobs[0]
+    assert testbed.idle_gap_ms(job) == 30       # compatible-pair: a quarter of compute
+    for compute_ms, gap_ms in ((8, 5), (1000, 50)):    # never below the datapath's
+        # default; long compute: a stall is still not a gap
+        assert testbed.idle_gap_ms(dataclasses.replace(job, compute_ms=compute_ms)) == gap_ms
+    mp = load_scenario("model-parallel").jobs[0]    # 2 x 60 ms of compute per iteration
+    gap = testbed.idle_gap_ms(mp)
+    assert gap > mp.compute_ms and gap > max(p.compute_ms for p in mp.phase_list())
+    noisy = dataclasses.replace(mp, compute_jitter_ms=20)
+    assert testbed.idle_gap_ms(noisy) > noisy.compute_ms + 4 * 20
 
 
 def test_model_parallel_phases_are_refused_before_anything_is_built():

@@ -187,3 +187,22 @@ def test_bad_phases_name_the_field(phases: tuple) -> None:
     with pytest.raises(SpecError) as err:
         IterationRecord(0, 0.0, 1.0, 4.0, 4.5, 100, phases=phases)
     assert err.value.field.startswith("phases")
+
+
+def test_flow_windows_are_optional_validated_and_round_trip() -> None:
+    base = sample_trace()
+    assert "flows" not in base.to_dict()         # traces without windows stay as they were
+    flow = tr.FlowTrace("a/0.0", "a", "h1", "h2",
+                        (tr.FlowSample(0.01, 14480), tr.FlowSample(0.02, 28960)))
+    with_flows = Trace(**{**base.__dict__, "flows": (flow,)})
+    assert Trace.from_dict(json.loads(json.dumps(with_flows.to_dict()))) == with_flows
+    with pytest.raises(SpecError, match=r"^flows\[0\]\.job: 'zz' is not a job"):
+        Trace(**{**base.__dict__, "flows": (tr.FlowTrace("z/0.0", "zz", "h1", "h2", ()),)})
+    with pytest.raises(SpecError, match=r"^flows\[1\]\.id: 'a/0.0' is used twice"):
+        Trace(**{**base.__dict__, "flows": (flow, flow)})
+    with pytest.raises(SpecError, match=r"samples\[1\]\.t"):
+        tr.FlowTrace("a/0.0", "a", "h1", "h2", (tr.FlowSample(0.02, 1), tr.FlowSample(0.01, 1)))
+    doc = with_flows.to_dict()
+    doc["flows"][0]["samples"][0]["cwnd_bytes"] = -1
+    with pytest.raises(SpecError, match=r"^flows\[0\]\.samples\[0\]\.cwnd_bytes"):
+        Trace.from_dict(doc)

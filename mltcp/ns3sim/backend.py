@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from mltcp.errors import CapabilityError, MltcpError, SpecError
+from mltcp.errors import CapabilityError, MltcpError
 from mltcp.scenario import Scenario, Scheme
 from mltcp.trace import Trace, load_trace
 
@@ -52,14 +52,6 @@ def run_once(scenario: Scenario, scheme: Scheme, seed: int, only_job: str | None
              progress: Progress | None = None, budget_s: float = DEFAULT_BUDGET_S) -> Trace:
     """Run the scenario (or one job alone) once on ns-3 in a worker process."""
     require_ns3()
-    for index, job in enumerate(scenario.jobs):
-        if job.phases is not None:
-            raise SpecError(f"jobs[{index}].phases", "the ns3 backend runs one communication "
-                            "phase per iteration", "run model-parallel phases with --backend "
-                            "fluid, or give compute_ms instead of phases")
-    if scenario.topology.kind != "dumbbell":
-        raise SpecError("topology.kind", "the ns3 backend builds dumbbells so far",
-                        "run leaf_spine scenarios with --backend netns or fluid")
     say = progress or (lambda _msg: None)
     with tempfile.TemporaryDirectory(prefix="mltcp-ns3-") as tmp:
         out = Path(tmp) / "trace.json"

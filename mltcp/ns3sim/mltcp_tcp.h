@@ -77,43 +77,58 @@ class MltcpFlow {
   }
 };
 
-#define MLTCP_ATTRIBUTES(Cls)                                                          \
-  .AddAttribute("JobId", "MLTCP job of this flow (0: none, the standard algorithm)",   \
-                UintegerValue(0), MakeUintegerAccessor(&Cls::SetJob, &Cls::GetJob),    \
-                MakeUintegerChecker<uint32_t>())                                        \
-      .AddAttribute("NodeId", "host whose per-job counter this flow feeds",             \
-                    UintegerValue(0), MakeUintegerAccessor(&Cls::SetNode, &Cls::GetNode), \
-                    MakeUintegerChecker<uint32_t>())
-
-#define MLTCP_ACCESSORS                                       \
-  void SetJob(uint32_t v) { m_flow.m_job = v; }               \
-  uint32_t GetJob() const { return m_flow.m_job; }            \
-  void SetNode(uint32_t v) { m_flow.m_node = v; }             \
-  uint32_t GetNode() const { return m_flow.m_node; }          \
-  MltcpFlow m_flow;
-
-class MltcpReno : public TcpLinuxReno {
+// Everything the MLTCP classes share around an ns-3 algorithm `Base`: the job tag
+// (attributes JobId/NodeId), feeding ACKs and send restarts to the job's tracker, and
+// copying that state when ns-3 forks the algorithm for an accepted socket.  Only the
+// window-growth hook differs per algorithm, in the small classes below.
+template <class Base>
+class MltcpOps : public Base {
  public:
-  static TypeId GetTypeId() {
-    static TypeId tid = TypeId("ns3::MltcpReno")
-                            .SetParent<TcpLinuxReno>()
-                            .SetGroupName("Internet")
-                            .AddConstructor<MltcpReno>() MLTCP_ATTRIBUTES(MltcpReno);
-    return tid;
-  }
-  MltcpReno() = default;
-  MltcpReno(const MltcpReno& o) : TcpLinuxReno(o), m_flow(o.m_flow) {}
-  std::string GetName() const override { return "MltcpReno"; }
-  Ptr<TcpCongestionOps> Fork() override { return CopyObject<MltcpReno>(this); }
+  MltcpOps() = default;
+  MltcpOps(const MltcpOps& o) : Base(o), m_flow(o.m_flow) {}
   void PktsAcked(Ptr<TcpSocketState> tcb, uint32_t segments, const Time& rtt) override {
     m_flow.Acked(tcb, segments);
-    TcpLinuxReno::PktsAcked(tcb, segments, rtt);
+    Base::PktsAcked(tcb, segments, rtt);
   }
   void CwndEvent(Ptr<TcpSocketState> tcb, const TcpSocketState::TcpCAEvent_t event) override {
     m_flow.Event(tcb, event);
-    TcpLinuxReno::CwndEvent(tcb, event);
+    Base::CwndEvent(tcb, event);
   }
-  MLTCP_ACCESSORS
+  void SetJob(uint32_t v) { m_flow.m_job = v; }
+  uint32_t GetJob() const { return m_flow.m_job; }
+  void SetNode(uint32_t v) { m_flow.m_node = v; }
+  uint32_t GetNode() const { return m_flow.m_node; }
+
+  // The TypeId of MLTCP class `Cls` (named `name`, e.g. "ns3::MltcpReno").
+  template <class Cls>
+  static TypeId Register(const char* name) {
+    return TypeId(name)
+        .template SetParent<Base>()
+        .SetGroupName("Internet")
+        .template AddConstructor<Cls>()
+        .AddAttribute("JobId", "MLTCP job of this flow (0: none, the standard algorithm)",
+                      UintegerValue(0),
+                      MakeUintegerAccessor(&MltcpOps::SetJob, &MltcpOps::GetJob),
+                      MakeUintegerChecker<uint32_t>())
+        .AddAttribute("NodeId", "host whose per-job counter this flow feeds", UintegerValue(0),
+                      MakeUintegerAccessor(&MltcpOps::SetNode, &MltcpOps::GetNode),
+                      MakeUintegerChecker<uint32_t>());
+  }
+
+ protected:
+  MltcpFlow m_flow;
+};
+
+// Reno and DCTCP: the segments that additive increase sees are scaled, after slow
+// start took its part (as the kernel's mltcp_reno scales tcp_cong_avoid_ai's `acked`).
+class MltcpReno : public MltcpOps<TcpLinuxReno> {
+ public:
+  static TypeId GetTypeId() {
+    static TypeId tid = Register<MltcpReno>("ns3::MltcpReno");
+    return tid;
+  }
+  std::string GetName() const override { return "MltcpReno"; }
+  Ptr<TcpCongestionOps> Fork() override { return CopyObject<MltcpReno>(this); }
 
  protected:
   void CongestionAvoidance(Ptr<TcpSocketState> tcb, uint32_t segments) override {
@@ -121,28 +136,14 @@ class MltcpReno : public TcpLinuxReno {
   }
 };
 
-class MltcpDctcp : public TcpDctcp {
+class MltcpDctcp : public MltcpOps<TcpDctcp> {
  public:
   static TypeId GetTypeId() {
-    static TypeId tid = TypeId("ns3::MltcpDctcp")
-                            .SetParent<TcpDctcp>()
-                            .SetGroupName("Internet")
-                            .AddConstructor<MltcpDctcp>() MLTCP_ATTRIBUTES(MltcpDctcp);
+    static TypeId tid = Register<MltcpDctcp>("ns3::MltcpDctcp");
     return tid;
   }
-  MltcpDctcp() = default;
-  MltcpDctcp(const MltcpDctcp& o) : TcpDctcp(o), m_flow(o.m_flow) {}
   std::string GetName() const override { return "MltcpDctcp"; }
   Ptr<TcpCongestionOps> Fork() override { return CopyObject<MltcpDctcp>(this); }
-  void PktsAcked(Ptr<TcpSocketState> tcb, uint32_t segments, const Time& rtt) override {
-    m_flow.Acked(tcb, segments);
-    TcpDctcp::PktsAcked(tcb, segments, rtt);
-  }
-  void CwndEvent(Ptr<TcpSocketState> tcb, const TcpSocketState::TcpCAEvent_t event) override {
-    m_flow.Event(tcb, event);
-    TcpDctcp::CwndEvent(tcb, event);
-  }
-  MLTCP_ACCESSORS
 
  protected:
   void CongestionAvoidance(Ptr<TcpSocketState> tcb, uint32_t segments) override {
@@ -150,35 +151,20 @@ class MltcpDctcp : public TcpDctcp {
   }
 };
 
-class MltcpCubic : public TcpCubic {
+// CUBIC has no separate congestion-avoidance hook: scale what IncreaseWindow gets
+// when the window is at or above ssthresh.
+class MltcpCubic : public MltcpOps<TcpCubic> {
  public:
   static TypeId GetTypeId() {
-    static TypeId tid = TypeId("ns3::MltcpCubic")
-                            .SetParent<TcpCubic>()
-                            .SetGroupName("Internet")
-                            .AddConstructor<MltcpCubic>() MLTCP_ATTRIBUTES(MltcpCubic);
+    static TypeId tid = Register<MltcpCubic>("ns3::MltcpCubic");
     return tid;
   }
-  MltcpCubic() = default;
-  MltcpCubic(const MltcpCubic& o) : TcpCubic(o), m_flow(o.m_flow) {}
   std::string GetName() const override { return "MltcpCubic"; }
   Ptr<TcpCongestionOps> Fork() override { return CopyObject<MltcpCubic>(this); }
-  void PktsAcked(Ptr<TcpSocketState> tcb, uint32_t segments, const Time& rtt) override {
-    m_flow.Acked(tcb, segments);
-    TcpCubic::PktsAcked(tcb, segments, rtt);
-  }
-  void CwndEvent(Ptr<TcpSocketState> tcb, const TcpSocketState::TcpCAEvent_t event) override {
-    m_flow.Event(tcb, event);
-    TcpCubic::CwndEvent(tcb, event);
-  }
   void IncreaseWindow(Ptr<TcpSocketState> tcb, uint32_t segments) override {
     if (tcb->m_cWnd >= tcb->m_ssThresh) segments = m_flow.Scaled(segments);
     TcpCubic::IncreaseWindow(tcb, segments);
   }
-  MLTCP_ACCESSORS
 };
-
-#undef MLTCP_ATTRIBUTES
-#undef MLTCP_ACCESSORS
 
 }  // namespace ns3

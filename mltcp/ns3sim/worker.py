@@ -19,9 +19,10 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from mltcp.graph import directed_id, graph_for, ring_link_ids
+from mltcp.graph import NetworkGraph, directed_id, graph_for, ring_flow_path, ring_link_ids
 from mltcp.scenario import (
     FRAME_BYTES,
     Scheme,
@@ -31,7 +32,16 @@ from mltcp.scenario import (
     placement,
     start_offsets_ms,
 )
-from mltcp.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace, provenance
+from mltcp.trace import (
+    FlowSample,
+    FlowTrace,
+    IterationRecord,
+    JobTrace,
+    LinkSample,
+    LinkTrace,
+    Trace,
+    provenance,
+)
 
 HERE = Path(__file__).resolve().parent
 LINK_DELAY = "5us"                 # per link: a data-centre base RTT of a few tens of µs
@@ -52,7 +62,7 @@ def load_ns3():
 
     cppyy.add_include_path(str(HERE))
     cppyy.include(str(HERE / "mltcp_sim.h"))
-    for name in ("MltcpReno", "MltcpCubic", "MltcpDctcp"):
+    for name in ("MltcpReno", "MltcpCubic", "MltcpDctcp", "FlowPathRouting"):
         getattr(cppyy.gbl.ns3, name).GetTypeId()     # registers the TypeId
     return ns, cppyy.gbl
 
@@ -72,8 +82,9 @@ def _queue_disc(ns, topo, scheme: Scheme, rate_mbit: float):
                              "UseEcn", ns.BooleanValue(True),
                              "UseHardDrop", ns.BooleanValue(False),
                              "MeanPktSize", ns.UintegerValue(FRAME_BYTES),
-                             "MinTh", ns.DoubleValue(k / FRAME_BYTES),
-                             "MaxTh", ns.DoubleValue(k / FRAME_BYTES),
+                             # Thresholds are in the queue's unit: bytes here.
+                             "MinTh", ns.DoubleValue(k),
+                             "MaxTh", ns.DoubleValue(k),
                              "QW", ns.DoubleValue(1.0),
                              "LinkBandwidth", ns.DataRateValue(ns.DataRate(f"{rate_mbit}Mbps")),
                              "LinkDelay", ns.TimeValue(ns.Time(LINK_DELAY)))
@@ -83,9 +94,22 @@ def _queue_disc(ns, topo, scheme: Scheme, rate_mbit: float):
     return tch
 
 
-def build_network(ns, scenario, scheme: Scheme):
-    """ns-3 nodes and links for the scenario; returns (nodes by name, host address,
-    queue discs by directed link id)."""
+@dataclass
+class Network:
+    """The scenario's network in ns-3: nodes by name, each host's address, the queue
+    discs of the shaped links by directed link id, and per link its two devices and
+    interface addresses (end a first)."""
+
+    graph: NetworkGraph
+    nodes: dict
+    host_addr: dict
+    queues: dict
+    ends: dict            # link id -> (devices, interfaces)
+
+
+def build_network(ns, scenario, scheme: Scheme) -> Network:
+    """ns-3 nodes and links for the scenario, routed by global routing (shortest
+    paths; with several, the first: see :func:`route_flows` for multipath)."""
     topo = scenario.topology
     graph = graph_for(topo)
     nodes = {}
@@ -110,7 +134,7 @@ def build_network(ns, scenario, scheme: Scheme):
     for node in nodes.values():
         stack.Install(node)
     addr = ns.Ipv4AddressHelper()
-    host_addr, queues = {}, {}
+    host_addr, queues, ends = {}, {}, {}
     for k, (link, devs) in enumerate(zip(graph.links, devices, strict=True)):
         if link.rate_mbit:
             discs = _queue_disc(ns, topo, scheme, link.rate_mbit).Install(devs)
@@ -118,11 +142,42 @@ def build_network(ns, scenario, scheme: Scheme):
             queues[directed_id(link, link.b, link.a)] = discs.Get(1)
         addr.SetBase(ns.Ipv4Address(f"10.{k // 250}.{k % 250}.0"), ns.Ipv4Mask("255.255.255.0"))
         ifs = addr.Assign(devs)
+        ends[link.id] = (devs, ifs)
         for end, index in ((link.a, 0), (link.b, 1)):
             if end in graph.hosts and end not in host_addr:
                 host_addr[end] = ifs.GetAddress(index)
     ns.Ipv4GlobalRoutingHelper.PopulateRoutingTables()
-    return nodes, host_addr, queues, graph
+    return Network(graph, nodes, host_addr, queues, ends)
+
+
+def route_flows(gbl, net: Network, hosts, job_name: str, seed: int) -> None:
+    """Pin each ring flow of a job to its own path through a multipath fabric.
+
+    Every switch the flow crosses gets a FlowPathRouting entry (source host,
+    destination host) -> next hop, for the path :func:`mltcp.graph.ring_flow_path`
+    picks: one path per flow as a switch's flow hash gives, and the same path as the
+    fluid model's run of this seed.  ACKs go back on global routing's first path."""
+    for i in range(len(hosts)):
+        src, dst = net.host_addr[hosts[i]], net.host_addr[hosts[(i + 1) % len(hosts)]]
+        for a, _next, link in ring_flow_path(net.graph, hosts, i, seed, job_name):
+            if a not in net.graph.switches:
+                continue
+            devs, ifs = net.ends[link.id]
+            here, there = (0, 1) if link.a == a else (1, 0)
+            gbl.ns3.FlowPathRouting.On(net.nodes[a]).Add(src, dst, devs.Get(here),
+                                                           ifs.GetAddress(there))
+
+
+def phase_bytes(job) -> list[int]:
+    """Bytes per worker in each phase of an iteration: the shares of the iteration's
+    bytes, rounded so that they add up exactly."""
+    total, cum, out = job.comm_bytes_per_worker(), 0.0, []
+    for phase in job.phase_list():
+        prev = round(cum * total)
+        cum += phase.share
+        out.append(round(min(cum, 1.0) * total) - prev)
+    out[-1] += total - sum(out)
+    return out
 
 
 def _create(cls):
@@ -156,7 +211,8 @@ def run(spec: dict) -> Trace:
     ns.Config.SetDefault("ns3::TcpSocketBase::MinRto", ns.TimeValue(ns.MilliSeconds(rto_ms)))
     if scheme.cc == "dctcp":
         ns.Config.SetDefault("ns3::TcpSocketBase::UseEcn", ns.StringValue("On"))
-    nodes, host_addr, queues, graph = build_network(ns, scenario, scheme)
+    net = build_network(ns, scenario, scheme)
+    multipath = scenario.topology.kind != "dumbbell"
     places = placement(scenario)
     offsets = start_offsets_ms(scenario, seed)
     jitter = compute_jitter_ms(scenario, seed)
@@ -168,28 +224,34 @@ def run(spec: dict) -> Trace:
         tj = _create(gbl.ns3.TrainingJob)
         hosts = places[job.name]
         for h in hosts:
-            tj.nodes.push_back(nodes[h])
-            tj.addrs.push_back(host_addr[h])
+            tj.nodes.push_back(net.nodes[h])
+            tj.addrs.push_back(net.host_addr[h])
         tj.port = 9000 + index
-        tj.share_bytes = job.comm_bytes_per_worker()
+        for phase, nbytes in zip(job.phase_list(), phase_bytes(job), strict=True):
+            tj.phase_compute_s.push_back(phase.compute_ms / 1000)
+            tj.phase_bytes.push_back(nbytes)
+        tj.connections = job.connections
         tj.iterations = job.iterations
-        tj.compute_s = job.compute_ms / 1000
         for x in jitter[job.name]:
             tj.jitter_s.push_back(x / 1000)
         tj.cc_type = cc_type(scheme)
         if scheme.mltcp:
             tj.job_id = index + 1
-            gap_ns = int(idle_gap_ms(job.compute_ms) * 1e6)
+            gap_ns = int(idle_gap_ms(job) * 1e6)
             for h in hosts:
-                gbl.ns3.MltcpJobs.Configure(index + 1, nodes[h].GetId(),
+                gbl.ns3.MltcpJobs.Configure(index + 1, net.nodes[h].GetId(),
                                             job.comm_bytes_per_worker(), agg.slope,
                                             agg.intercept, agg.cap or 0.0, gap_ns)
+        if multipath:
+            route_flows(gbl, net, hosts, job.name, seed)
         tj.Start(offsets[job.name] / 1000)
         jobs.append((job, tj, hosts))
-    sampler = _create(gbl.ns3.LinkSampler)
-    link_ids = sorted(queues)
+    sampler = _create(gbl.ns3.Sampler)
+    link_ids = sorted(net.queues)
     for lid in link_ids:
-        sampler.queues.push_back(queues[lid])
+        sampler.queues.push_back(net.queues[lid])
+    for _, tj, _ in jobs:
+        sampler.jobs.push_back(tj)
     sampler.period_s = SAMPLE_S
     sampler.Start()
     watcher = _create(gbl.ns3.DoneWatcher)
@@ -206,20 +268,34 @@ def run(spec: dict) -> Trace:
         ns.Simulator.Run()
         print(f"progress {ns.Simulator.Now().GetSeconds():.3f} {time.monotonic() - started:.1f}",
               file=sys.stderr, flush=True)
-    job_traces = []
+    times = list(sampler.times)
+    job_traces, flows = [], []
     for job, tj, hosts in jobs:
         if not tj.done:
             raise RuntimeError(f"job {job.name} finished {tj.rec_comm_end.size()} of "
                                f"{job.iterations} iterations within {horizon} s simulated")
+        n_phases = len(job.phase_list())
         recs = []
         for k in range(job.iterations):
             start, cs, ce = tj.rec_start[k], tj.rec_comm_start[k], tj.rec_comm_end[k]
+            phases = None
+            if n_phases > 1:
+                phases = tuple((tj.rec_phase_start[k * n_phases + p],
+                                tj.rec_phase_end[k * n_phases + p]) for p in range(n_phases))
             recs.append(IterationRecord(k, start, cs, ce, ce,
-                                        job.comm_bytes_per_worker() * job.workers))
-        job_traces.append(JobTrace(job.name, tuple(ring_link_ids(graph, hosts)), tuple(recs)))
-    rates = {lk.id: lk.rate_mbit for lk in graph.links}
+                                        job.comm_bytes_per_worker() * job.workers,
+                                        phases=phases))
+        job_traces.append(JobTrace(job.name, tuple(ring_link_ids(net.graph, hosts)),
+                                   tuple(recs)))
+        for i in range(len(hosts)):
+            for c in range(job.connections):
+                cwnd = sampler.cwnd[len(flows)]
+                flows.append(FlowTrace(f"{job.name}/{i}.{c}", job.name, hosts[i],
+                                       hosts[(i + 1) % len(hosts)],
+                                       tuple(FlowSample(ts, int(cwnd[n]))
+                                             for n, ts in enumerate(times))))
+    rates = {lk.id: lk.rate_mbit for lk in net.graph.links}
     links = []
-    times = list(sampler.times)
     for q, lid in enumerate(link_ids):
         prev_t, prev_b, samples = 0.0, 0, []
         for i, ts in enumerate(times):
@@ -236,7 +312,7 @@ def run(spec: dict) -> Trace:
                  provenance=provenance({"topology": scenario.topology.to_dict(),
                                         "ns3": {"version": "3.44", "link_delay": LINK_DELAY,
                                                 "cc_type": cc_type(scheme)}}),
-                 params={**scheme.to_dict(), "only_job": only_job})
+                 params={**scheme.to_dict(), "only_job": only_job}, flows=tuple(flows))
 
 
 def main(argv: list[str] | None = None) -> int:
