@@ -98,14 +98,18 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--seed", action="append", type=int, help="only these seeds (repeatable)")
     rn.add_argument("--dedicated", action="store_true",
                     help="also run each job alone (the dedicated-link baseline)")
+    rn.add_argument("--parallel", type=int, default=1, metavar="N",
+                    help="ns3: simulations at once, each its own process (default 1)")
     cp = sub.add_parser("compare", help="every scheme of a scenario plus the dedicated "
                                         "baseline, side by side (report + table)")
     cp.add_argument("scenario", help="an example name or a TOML file")
     cp.add_argument("--backend", default="netns", choices=BACKENDS)
     cp.add_argument("--out", required=True, help="output directory")
     cp.add_argument("--seed", action="append", type=int, help="only these seeds (repeatable)")
-    sw = sub.add_parser("sweep", help="a parameter grid on the fluid model, run on Dask "
-                                      "(table + plots)")
+    cp.add_argument("--parallel", type=int, default=1, metavar="N",
+                    help="ns3: simulations at once, each its own process (default 1)")
+    sw = sub.add_parser("sweep", help="a parameter grid on the fluid model (or ns-3), run on "
+                                      "Dask (table + plots)")
     sw.add_argument("scenario", help="an example name or a TOML file")
     sw.add_argument("--param", action="append", required=True, metavar="NAME=V1,V2,...",
                     help="grid axis (repeatable): slope, intercept, cap, load, compute_ms, "
@@ -114,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--scheme", help="the MLTCP scheme to vary (default: the scenario's first)")
     sw.add_argument("--out", required=True, help="output directory")
     sw.add_argument("--format", default="parquet", choices=["parquet", "csv"])
+    sw.add_argument("--backend", default="fluid", choices=["fluid", "ns3"],
+                    help="fluid: the flow-level model (batches of runs); ns3: one ns-3 process "
+                         "per run (minutes each)")
     sw.add_argument("--scheduler", help="Dask scheduler address (default: a local cluster)")
     sw.add_argument("--workers", type=int, help="local cluster: worker processes "
                                                 "(default: one per core)")
@@ -343,21 +350,26 @@ def _run(args: argparse.Namespace) -> int:
         from mltcp.runner import run_scenario
 
         run_scenario(args.scenario, out_dir=args.out, schemes=args.scheme, seeds=args.seed,
-                     dedicated=args.dedicated, backend=args.backend)
+                     dedicated=args.dedicated, backend=args.backend, parallel=args.parallel)
         return 0
     if args.cmd == "compare":
         from mltcp.report import table
         from mltcp.runner import run_scenario
 
         print(table(run_scenario(args.scenario, out_dir=args.out, seeds=args.seed,
-                                 dedicated=True, backend=args.backend)))
+                                 dedicated=True, backend=args.backend,
+                                 parallel=args.parallel)))
         return 0
     if args.cmd == "sweep":
         from mltcp import sweep
         from mltcp.fluid import FluidOptions
 
+        if args.f_steps is not None and args.backend != "fluid":
+            raise SpecError("f-steps", "is an option of the fluid model",
+                            "drop --f-steps with --backend ns3")
         options = FluidOptions() if args.f_steps is None else FluidOptions(f_steps=args.f_steps)
-        spec = sweep.make_spec(args.scenario, args.param, args.seeds, args.scheme, options)
+        spec = sweep.make_spec(args.scenario, args.param, args.seeds, args.scheme, options,
+                               backend=args.backend)
         rows = sweep.execute(spec, scheduler=args.scheduler, workers=args.workers)
         path = sweep.write(spec, rows, args.out, args.format)
         print(f"{len(rows)} runs -> {path}, {Path(args.out) / 'sweep.json'} and plots")

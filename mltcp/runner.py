@@ -50,11 +50,21 @@ def _planned_runs(scenario: Scenario, seeds: Sequence[int],
 
 def run_scenario(scenario_ref: str, out_dir: str | Path, schemes: Sequence[str] | None = None,
                  seeds: Sequence[int] | None = None, dedicated: bool = False,
-                 backend: str = "netns") -> dict:
-    """Run, save every trace as it completes, and build the report; returns report.json."""
+                 backend: str = "netns", parallel: int = 1) -> dict:
+    """Run, save every trace as it completes, and build the report; returns report.json.
+
+    ``parallel`` runs that many ns-3 simulations at once (each is its own process).
+    The netns testbed always runs one at a time: runs at once would share the
+    host's CPUs and skew each other's timing."""
     if backend not in BACKENDS:
         raise SpecError("backend", f"unknown backend {backend!r}",
                         f"use one of: {', '.join(BACKENDS)}")
+    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+        raise SpecError("parallel", f"{parallel!r} is not a positive integer",
+                        "give the number of simulations to run at once, e.g. --parallel 2")
+    if parallel > 1 and backend != "ns3":
+        raise SpecError("parallel", f"the {backend} backend runs one run at a time",
+                        "drop --parallel (it applies to --backend ns3)")
     scenario = load_scenario(scenario_ref)
     if schemes:
         scenario = scenario.with_schemes(schemes)
@@ -86,6 +96,17 @@ def run_scenario(scenario_ref: str, out_dir: str | Path, schemes: Sequence[str] 
                                  for _, scheme, seed, only in planned])
         for done, ((stem, *_), trace) in enumerate(zip(planned, traces, strict=True), 1):
             save(done, stem, trace)
+    elif backend == "ns3" and parallel > 1:
+        from concurrent.futures import ThreadPoolExecutor, as_completed
+
+        from mltcp.ns3sim.backend import run_once as run_ns3
+
+        with ThreadPoolExecutor(max_workers=parallel) as pool:
+            futures = {pool.submit(run_ns3, scheduled[scheme.name][0], scheme, seed,
+                                   only_job=only, progress=_progress): stem
+                       for stem, scheme, seed, only in planned}
+            for done, fut in enumerate(as_completed(futures), 1):
+                save(done, futures[fut], fut.result())
     else:
         if backend == "ns3":
             from mltcp.ns3sim.backend import run_once

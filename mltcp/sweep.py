@@ -1,9 +1,10 @@
-"""Parameter sweeps on the fluid model, spread over a Dask cluster.
+"""Parameter sweeps on the fluid model or ns-3, spread over a Dask cluster.
 
 Which slope and intercept make jobs interleave, how fast, and at what loads?
 One run answers nothing; a grid of thousands does.  A sweep takes a scenario, a
-grid of parameters and seeds, runs every point on the fluid model, and writes
-one table (one row per point and seed) plus plots.
+grid of parameters and seeds, runs every point on the fluid model (or, slower and
+closer to the wire, on ns-3), and writes one table (one row per point and seed)
+plus plots.
 
 Grid parameters (``name=v1,v2,...``):
 
@@ -15,12 +16,15 @@ Grid parameters (``name=v1,v2,...``):
   on a dumbbell the topology grows to 2N hosts so each copy gets fresh hosts);
 * ``iterations``: iterations per job.
 
-Work is cut into chunks of points that share a structure (same jobs and links),
-and each chunk runs as lanes of one fluid batch (:mod:`mltcp.fluid`), so a chunk
-of 200 points costs little more than one point.  Chunks go to Dask: a local
-cluster with one single-threaded worker process per core by default, or the
-scheduler at ``--scheduler`` for a real cluster.  Every row carries each job's
-dedicated-link iteration time from the same chunk, so ratios need nothing else.
+Fluid: work is cut into chunks of points that share a structure (same jobs and
+links), and each chunk runs as lanes of one fluid batch (:mod:`mltcp.fluid`), so a
+chunk of 200 points costs little more than one point.  ns-3: every run is one Dask
+task (which starts its own ns-3 process); each job's dedicated runs are tasks of
+their own, run once per scenario variant and seed, and the points that need them
+wait for them.  Tasks go to Dask: a local cluster with one single-threaded worker
+process per core by default, or the scheduler at ``--scheduler`` for a real
+cluster.  Every row carries each job's dedicated-link iteration time from the same
+sweep, so ratios need nothing else.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ SCENARIO_PARAMS = ("load", "compute_ms", "compute_jitter_ms", "jobs", "iteration
 PARAMS = SCHEME_PARAMS + SCENARIO_PARAMS
 _INT_PARAMS = ("jobs", "iterations")
 DEFAULT_CHUNK = 256
+BACKENDS = ("fluid", "ns3")
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,13 @@ class SweepSpec:
     grid: dict[str, tuple[float, ...]]
     seeds: tuple[int, ...]
     options: FluidOptions = field(default_factory=FluidOptions)
+    backend: str = "fluid"
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise SpecError("backend", f"sweeps run on {' or '.join(BACKENDS)}, not "
+                            f"{self.backend!r}", "use --backend fluid (fast) or ns3 "
+                            "(packet level)")
 
     def points(self) -> list[dict[str, float]]:
         """Every combination of the grid's values, in a stable order."""
@@ -124,11 +136,12 @@ def _mltcp_scheme(scenario: Scenario, name: str | None) -> Scheme:
 
 
 def make_spec(scenario_ref: str, params: Iterable[str], seeds: str = "0",
-              scheme: str | None = None, options: FluidOptions | None = None) -> SweepSpec:
+              scheme: str | None = None, options: FluidOptions | None = None,
+              backend: str = "fluid") -> SweepSpec:
     """A sweep from CLI-style inputs (validated)."""
     scenario = load_scenario(scenario_ref)
     spec = SweepSpec(scenario, _mltcp_scheme(scenario, scheme), parse_grid(params),
-                     parse_seeds(seeds), options or FluidOptions())
+                     parse_seeds(seeds), options or FluidOptions(), backend)
     for point in spec.points()[:1] + spec.points()[-1:]:
         variant(spec, point)        # fail now, not in a worker, on a bad value
     return spec
@@ -222,6 +235,25 @@ def run_chunk(spec: SweepSpec, chunk: Sequence[tuple[dict, int]]) -> list[dict[s
     return rows
 
 
+def run_ns3_dedicated(spec: SweepSpec, point: Mapping[str, float], seed: int,
+                      job: str) -> dict[str, float]:
+    """One job of a point's scenario alone on ns-3: {job: mean iteration time}."""
+    from mltcp.ns3sim.backend import run_once
+
+    sc, _ = variant(spec, point)
+    return metrics.dedicated_means([run_once(sc, DEDICATED, seed, only_job=job)])
+
+
+def run_ns3_point(spec: SweepSpec, point: Mapping[str, float], seed: int,
+                  *dedicated: Mapping[str, float]) -> dict[str, Any]:
+    """One grid point on ns-3, with its jobs' dedicated means (from their own tasks)."""
+    from mltcp.ns3sim.backend import run_once
+
+    sc, scheme = variant(spec, point)
+    return _row(point, seed, run_once(sc, scheme, seed),
+                {k: v for d in dedicated for k, v in d.items()})
+
+
 def _row(point: Mapping[str, float], seed: int, trace: Any,
          dedicated: Mapping[str, float]) -> dict[str, Any]:
     summary = metrics.summarize(trace, dedicated)
@@ -238,7 +270,7 @@ def _row(point: Mapping[str, float], seed: int, trace: Any,
 def _progress_line(done: int, total: int, started: float) -> None:
     width = 30
     filled = width * done // max(total, 1)
-    msg = (f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} chunks, "
+    msg = (f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} tasks, "
            f"{time.monotonic() - started:.0f} s")
     if sys.stderr.isatty():
         print(f"\r{msg}\033[K", end="" if done < total else "\n", file=sys.stderr, flush=True)
@@ -250,12 +282,16 @@ def execute(spec: SweepSpec, scheduler: str | None = None, workers: int | None =
             chunk_size: int | None = None,
             progress: Callable[[int, int, float], None] | None = _progress_line
             ) -> list[dict[str, Any]]:
-    """Run every chunk on Dask and return all rows (in grid order)."""
+    """Run every point on Dask and return all rows (in grid order)."""
     try:
-        from distributed import Client, LocalCluster, as_completed
+        from distributed import Client, LocalCluster
     except ImportError:
         raise SpecError("sweep", "Dask is not installed",
                         "pip install 'mltcp[sweep]' (dask[distributed], pandas, pyarrow)") from None
+    if spec.backend == "ns3":
+        from mltcp.ns3sim.backend import require_ns3
+
+        require_ns3()         # say so before a cluster starts
     started = time.monotonic()
     cluster = None
     if scheduler:
@@ -265,29 +301,65 @@ def execute(spec: SweepSpec, scheduler: str | None = None, workers: int | None =
                                processes=True, dashboard_address=None)
         client = Client(cluster)
     try:
-        if chunk_size is None:
-            # Two chunks per worker thread at least, so every worker gets work and a
-            # slow chunk does not leave the others idle at the end.
-            slots = max(sum(client.nthreads().values()), 1)
-            items = len(spec.points()) * len(spec.seeds)
-            chunk_size = max(1, min(DEFAULT_CHUNK, math.ceil(items / (2 * slots))))
-        parts = chunks(spec, chunk_size)
-        futures = {client.submit(run_chunk, spec, part, pure=False): k
-                   for k, part in enumerate(parts)}
-        results: dict[int, list[dict[str, Any]]] = {}
-        for done, fut in enumerate(as_completed(futures), 1):
-            results[futures[fut]] = fut.result()
-            if progress:
-                progress(done, len(parts), started)
+        rows = (_submit_ns3(client, spec, progress, started) if spec.backend == "ns3"
+                else _submit_fluid(client, spec, chunk_size, progress, started))
     finally:
         client.close()
         if cluster is not None:
             cluster.close()
     order = {(json.dumps(p, sort_keys=True), s): i
              for i, (p, s) in enumerate((p, s) for p in spec.points() for s in spec.seeds)}
-    rows = [r for k in sorted(results) for r in results[k]]
     return sorted(rows, key=lambda r: order[(json.dumps({k: r[k] for k in spec.grid},
                                                         sort_keys=True), r["seed"])])
+
+
+def _submit_fluid(client: Any, spec: SweepSpec, chunk_size: int | None,
+                  progress: Callable[[int, int, float], None] | None,
+                  started: float) -> list[dict[str, Any]]:
+    from distributed import as_completed
+
+    if chunk_size is None:
+        # Two chunks per worker thread at least, so every worker gets work and a
+        # slow chunk does not leave the others idle at the end.
+        slots = max(sum(client.nthreads().values()), 1)
+        items = len(spec.points()) * len(spec.seeds)
+        chunk_size = max(1, min(DEFAULT_CHUNK, math.ceil(items / (2 * slots))))
+    parts = chunks(spec, chunk_size)
+    futures = {client.submit(run_chunk, spec, part, pure=False): k
+               for k, part in enumerate(parts)}
+    results: dict[int, list[dict[str, Any]]] = {}
+    for done, fut in enumerate(as_completed(futures), 1):
+        results[futures[fut]] = fut.result()
+        if progress:
+            progress(done, len(parts), started)
+    return [r for k in sorted(results) for r in results[k]]
+
+
+def _submit_ns3(client: Any, spec: SweepSpec,
+                progress: Callable[[int, int, float], None] | None,
+                started: float) -> list[dict[str, Any]]:
+    """Dedicated runs once per (scenario variant, seed, job); every point waits for its
+    own (Dask passes a finished future's result as the argument)."""
+    from distributed import as_completed
+
+    dedicated: dict[tuple, Any] = {}
+    points = []
+    for point in spec.points():
+        for seed in spec.seeds:
+            sc, _ = variant(spec, point)
+            key = _scenario_key(point, seed)
+            for job in sc.jobs:
+                if (key, job.name) not in dedicated:
+                    dedicated[key, job.name] = client.submit(
+                        run_ns3_dedicated, spec, point, seed, job.name, pure=False)
+            points.append(client.submit(run_ns3_point, spec, point, seed,
+                                        *(dedicated[key, j.name] for j in sc.jobs),
+                                        pure=False))
+    everything = [*dedicated.values(), *points]
+    for done, _fut in enumerate(as_completed(everything), 1):
+        if progress:
+            progress(done, len(everything), started)
+    return [fut.result() for fut in points]
 
 
 # --------------------------------------------------------------------------- output
@@ -319,9 +391,10 @@ def write(spec: SweepSpec, rows: list[dict[str, Any]], out_dir: str | Path,
     summary = {"schema": "mltcp.sweep/1", "scenario": spec.scenario.name,
                "scheme": spec.scheme.to_dict(), "grid": {k: list(v) for k, v in
                                                          spec.grid.items()},
-               "seeds": list(spec.seeds), "f_steps": spec.options.f_steps,
+               "seeds": list(spec.seeds), "backend": spec.backend,
+               "f_steps": spec.options.f_steps if spec.backend == "fluid" else None,
                "table": path.name, "points": json.loads(agg.to_json(orient="records")),
-               "provenance": provenance({"backend": "fluid"})}
+               "provenance": provenance({"backend": spec.backend})}
     (out / "sweep.json").write_text(json.dumps(summary, indent=2) + "\n")
     _plots(agg, grid_cols, out, spec.scenario.name)
     return path

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from mltcp.aggressiveness import Aggressiveness
-from mltcp.errors import CapabilityError
+from mltcp.errors import CapabilityError, SpecError
 from mltcp.iteration import IterationTracker
 from mltcp.scenario import JobPhase, Scheme, load_scenario, placement
 
@@ -240,3 +240,29 @@ def test_a_run_over_its_wall_clock_budget_is_killed(monkeypatch) -> None:
     with pytest.raises(MltcpError, match="wall-clock budget"):
         backend.run_once(sc, sc.scheme("cubic"), 0, budget_s=3.0)   # import alone takes longer
     assert len(started) == 1 and started[0].poll() is not None     # the worker is gone
+
+
+@needs_ns3
+def test_a_sweep_runs_ns3_points_and_their_dedicated_runs_on_dask(tmp_path) -> None:
+    """`mltcp sweep --backend ns3`: each run is one Dask task on a local cluster (two
+    worker processes, each starting its own ns-3 process), a point waits for its
+    jobs' dedicated runs, and the row comes out as for the fluid model.  One job alone
+    under MLTCP with slope 0 (F == 1) is bit-identical to its dedicated run under
+    standard cubic, so the ratio is exactly 1."""
+    pytest.importorskip("distributed", reason="the sweep extra (dask) is not installed")
+    from mltcp import sweep
+
+    sc = _small()
+    sc = dataclasses.replace(sc, jobs=sc.jobs[:1])
+    spec = sweep.SweepSpec(sc, sc.scheme("mltcp-cubic"), {"slope": (0.0,)}, (0,),
+                           backend="ns3")
+    seen = []
+    rows = sweep.execute(spec, workers=2, progress=lambda done, total, _t: seen.append(
+        (done, total)))
+    assert seen[-1] == (2, 2)                     # the dedicated run and the point
+    (row,) = rows
+    assert row["slope"] == 0.0 and row["seed"] == 0
+    assert row["ratio_to_dedicated"] == pytest.approx(1.0, rel=1e-12)
+    with pytest.raises(SpecError, match="^backend: "):
+        sweep.SweepSpec(sc, sc.scheme("mltcp-cubic"), {"slope": (4.0,)}, (0,),
+                        backend="netns")
