@@ -130,6 +130,21 @@ def _list(name: str, value: Any) -> list:
     return list(value)
 
 
+def _records(name: str, value: Any, cls: type[T], key: str, what: str) -> tuple[T, ...]:
+    """The ``cls`` instances of the array ``name``, each with a unique ``key``."""
+    items = tuple(_list(name, value))
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        if not isinstance(item, cls):
+            raise SpecError(f"{name}[{i}]", f"{type(item).__name__} is not a {cls.__name__}",
+                            f"build it with {cls.__name__}(...)")
+        if getattr(item, key) in seen:
+            raise SpecError(f"{name}[{i}].{key}", f"{getattr(item, key)!r} is used twice",
+                            f"give every {what} a unique {key}")
+        seen.add(getattr(item, key))
+    return items
+
+
 # --------------------------------------------------------------------------- records
 
 
@@ -468,41 +483,16 @@ class Trace:
             _text(name, getattr(self, name))
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise SpecError("seed", f"{self.seed!r} is not an integer", "give the run's seed")
-        jobs = tuple(_list("jobs", self.jobs))
+        jobs = _records("jobs", self.jobs, JobTrace, "name", "job")
         if not jobs:
             raise SpecError("jobs", "empty", "record at least one job's iterations")
-        for i, job in enumerate(jobs):
-            if not isinstance(job, JobTrace):
-                raise SpecError(f"jobs[{i}]", f"{type(job).__name__} is not a JobTrace",
-                                "build it with JobTrace(...)")
+        links = _records("links", self.links, LinkTrace, "id", "link")
+        flows = _records("flows", self.flows, FlowTrace, "id", "flow")
         names = [j.name for j in jobs]
-        for i, name in enumerate(names):
-            if name in names[:i]:
-                raise SpecError(f"jobs[{i}].name", f"{name!r} is used twice",
-                                "give every job a unique name")
-        links = tuple(_list("links", self.links))
-        for i, link in enumerate(links):
-            if not isinstance(link, LinkTrace):
-                raise SpecError(f"links[{i}]", f"{type(link).__name__} is not a LinkTrace",
-                                "build it with LinkTrace(...)")
-        ids = [ln.id for ln in links]
-        for i, link_id in enumerate(ids):
-            if link_id in ids[:i]:
-                raise SpecError(f"links[{i}].id", f"{link_id!r} is used twice",
-                                "give every link a unique id")
-        flows = tuple(_list("flows", self.flows))
-        seen: set[str] = set()
         for i, flow in enumerate(flows):
-            if not isinstance(flow, FlowTrace):
-                raise SpecError(f"flows[{i}]", f"{type(flow).__name__} is not a FlowTrace",
-                                "build it with FlowTrace(...)")
-            if flow.id in seen:
-                raise SpecError(f"flows[{i}].id", f"{flow.id!r} is used twice",
-                                "give every flow a unique id")
             if flow.job not in names:
                 raise SpecError(f"flows[{i}].job", f"{flow.job!r} is not a job of this trace",
                                 f"use one of {', '.join(names)}")
-            seen.add(flow.id)
         object.__setattr__(self, "jobs", jobs)
         object.__setattr__(self, "links", links)
         object.__setattr__(self, "flows", flows)
