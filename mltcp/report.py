@@ -6,6 +6,8 @@ Writes, next to the traces:
     timeline.png  communication phases per job over time, one panel per scheme (first seed)
     overlap.png   overlap vs iteration per scheme (mean over jobs and seeds)
     cdf.png       iteration-time CDF per scheme (all jobs and seeds pooled)
+    cwnd.png      congestion windows per connection over time, one panel per scheme
+                  (first seed), where the traces record them (ns-3)
 
 report.json:
     schema, scenario (dict), provenance (of the first trace), settings {threshold, k},
@@ -150,8 +152,8 @@ def build_report(out_dir: str | Path, threshold: float = metrics.DEFAULT_THRESHO
         "schemes": schemes, "runs": summaries,
     }
     (out / "report.json").write_text(json.dumps(report, indent=2))
-    (out / "summary.md").write_text(markdown(report))
     _plots(out, by_scheme, summaries)
+    (out / "summary.md").write_text(markdown(report, cwnd=(out / "cwnd.png").exists()))
     return report
 
 
@@ -194,7 +196,7 @@ def _speedup_lines(report: dict) -> list[str]:
     return [*lines, ""]
 
 
-def markdown(report: dict) -> str:
+def markdown(report: dict, cwnd: bool = False) -> str:
     prov = report["provenance"]
     ded = report["dedicated_means"]
     ded_text = (", ".join(f"{j} {v:.3f} s" for j, v in ded.items()) if ded
@@ -208,7 +210,8 @@ def markdown(report: dict) -> str:
         *_speedup_lines(report),
         f"git {prov.get('git_sha', '?')[:12]}{' (dirty)' if prov.get('git_dirty') else ''}, "
         f"kernel {prov.get('kernel', '?')}, {prov.get('time_utc', '')}", "",
-        "![timeline](timeline.png) ![overlap](overlap.png) ![cdf](cdf.png)", ""])
+        "![timeline](timeline.png) ![overlap](overlap.png) ![cdf](cdf.png)"
+        + (" ![cwnd](cwnd.png)" if cwnd else ""), ""])
 
 
 def _plots(out: Path, by_scheme: dict[str, list[Trace]], summaries: dict[str, dict]) -> None:
@@ -247,6 +250,32 @@ def _plots(out: Path, by_scheme: dict[str, list[Trace]], summaries: dict[str, di
         if times.size:
             ax.plot(times, np.arange(1, times.size + 1) / times.size, label=name)
     _finish(fig, ax, "iteration time (s)", "CDF", out / "cdf.png")
+    _cwnd_plot(out, by_scheme)
+
+
+def _cwnd_plot(out: Path, by_scheme: dict[str, list[Trace]]) -> None:
+    """What each connection's congestion control did: where MLTCP's F shows directly."""
+    import matplotlib.pyplot as plt
+
+    firsts = {name: min(traces, key=lambda t: t.seed) for name, traces in by_scheme.items()}
+    firsts = {name: t for name, t in firsts.items() if t.flows}
+    if not firsts:
+        (out / "cwnd.png").unlink(missing_ok=True)     # not a stale one from an earlier run
+        return
+    fig, axes = plt.subplots(len(firsts), 1, figsize=(10, 1.4 + 1.6 * len(firsts)),
+                             squeeze=False, sharex=True)
+    for ax, (name, trace) in zip(axes[:, 0], firsts.items(), strict=True):
+        jobs = [j.name for j in trace.jobs]
+        for flow in trace.flows:
+            ax.plot([s.t for s in flow.samples], [s.cwnd_bytes / 1e3 for s in flow.samples],
+                    lw=0.7, color=f"C{jobs.index(flow.job)}", label=flow.id)
+        ax.set_ylabel("cwnd (KB)")
+        ax.set_title(f"{name} (seed {trace.seed}): congestion windows", fontsize=9)
+        ax.legend(fontsize=6, ncol=4, loc="upper right")
+    axes[-1, 0].set_xlabel("time (s)")
+    fig.tight_layout()
+    fig.savefig(out / "cwnd.png", dpi=110)
+    plt.close(fig)
 
 
 def _finish(fig, ax, xlabel: str, ylabel: str, path: Path) -> None:  # type: ignore[no-untyped-def]

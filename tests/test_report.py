@@ -7,7 +7,7 @@ import json
 import pytest
 
 from mltcp.report import build_report, table
-from mltcp.trace import IterationRecord, JobTrace, Trace
+from mltcp.trace import FlowSample, FlowTrace, IterationRecord, JobTrace, Trace
 
 
 def _job(name: str, period: float, comm: float, offset: float, n: int = 10) -> JobTrace:
@@ -63,6 +63,23 @@ def test_report_aggregates_schemes_and_compares_with_the_standard(run_dir):
     assert json.loads((run_dir / "report.json").read_text())["schema"] == "mltcp.report/1"
     for name in ("timeline.png", "overlap.png", "cdf.png", "summary.md"):
         assert (run_dir / name).stat().st_size > 0
+    assert not (run_dir / "cwnd.png").exists()       # these traces record no windows
+
+
+def test_recorded_windows_get_their_own_plot(run_dir):
+    path = run_dir / "traces" / "mltcp-cubic-seed0.json"
+    trace = Trace.from_dict(json.loads(path.read_text()))
+    flows = tuple(FlowTrace(f"{j}/0.0", j, "h1", "h2",
+                            tuple(FlowSample(0.01 * k, 1448 * (k % 7 + 1)) for k in range(50)))
+                  for j in ("a", "b"))
+    Trace(**{**trace.__dict__, "flows": flows}).save(path)
+    build_report(run_dir)
+    assert (run_dir / "cwnd.png").stat().st_size > 0
+    assert "![cwnd](cwnd.png)" in (run_dir / "summary.md").read_text()
+    Trace(**{**trace.__dict__, "flows": ()}).save(path)
+    build_report(run_dir)                            # the windows are gone: so is the plot
+    assert not (run_dir / "cwnd.png").exists()
+    assert "cwnd" not in (run_dir / "summary.md").read_text()
 
 
 def test_mltcp_is_also_compared_with_every_other_standard_scheme(run_dir):
