@@ -31,7 +31,6 @@ from mltcp.netns import (
     _HTB_QUANTUM_BYTES,
     _LIVE,
     _LIVE_LOCK,
-    _MTU_FRAME_BYTES,
     _cmd,
     _delete_netns,
     _install_exit_hooks,
@@ -43,6 +42,7 @@ from mltcp.netns import (
     nsenter_argv,
     require_netns,
 )
+from mltcp.scenario import ETHERNET_HEADER_BYTES
 
 HTB_BURST_BYTES = 500_000
 
@@ -69,7 +69,7 @@ class Fabric:
 
     def __init__(self, hosts: list[str], switches: list[str], links: list[LinkSpec],
                  prefix: str | None = None, gso_max_segs: int | None = 1,
-                 rto_min_ms: float | None = None) -> None:
+                 rto_min_ms: float | None = None, mtu_bytes: int = 1500) -> None:
         require_netns()
         self.graph = NetworkGraph(list(hosts), list(switches), list(links))
         if len(links) > 250:
@@ -77,6 +77,7 @@ class Fabric:
         self.hosts, self.switches, self.links = list(hosts), list(switches), list(links)
         self.gso_max_segs = gso_max_segs
         self.rto_min_ms = rto_min_ms
+        self.mtu_bytes = mtu_bytes
         self.tag = _run_tag(prefix)
         self.ports: dict[str, tuple[Port, Port]] = {}
         self._built = _Built()
@@ -140,6 +141,7 @@ class Fabric:
             self.ports[link.id] = (a_port, b_port)
             for port in (a_port, b_port):
                 cmds[port.node] += [f"addr add {port.addr}/24 dev {port.dev}",
+                                    f"link set {port.dev} mtu {self.mtu_bytes}",
                                     f"link set {port.dev} up"]
                 if port.node in self.hosts and self.gso_max_segs:
                     cmds[port.node].append(f"link set {port.dev} gso_max_segs {self.gso_max_segs}")
@@ -180,8 +182,7 @@ class Fabric:
                 lines.append(f"route add {addr}/32{rto} {nh}")
         return lines
 
-    @staticmethod
-    def _htb(dev: str, link: LinkSpec) -> list[str]:
+    def _htb(self, dev: str, link: LinkSpec) -> list[str]:
         rate = f"{round(link.rate_mbit * 1e6)}bit"  # type: ignore[operator]
         minor = _HTB_CLASS_MINOR
         return [
@@ -189,7 +190,7 @@ class Fabric:
             f"class add dev {dev} parent 1: classid 1:{minor} htb rate {rate} ceil {rate} "
             f"burst {HTB_BURST_BYTES}b cburst {HTB_BURST_BYTES}b quantum {_HTB_QUANTUM_BYTES}",
             f"qdisc add dev {dev} parent 1:{minor} handle {minor}: bfifo limit "
-            f"{link.queue_packets * _MTU_FRAME_BYTES}",
+            f"{link.queue_packets * (self.mtu_bytes + ETHERNET_HEADER_BYTES)}",
         ]
 
     # ---------------------------------------------------------------- use

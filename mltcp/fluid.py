@@ -20,7 +20,7 @@ Model
   control (max-min fair) and ``F(bytes_ratio)`` for MLTCP, where bytes_ratio is
   the flow's bytes sent in this iteration over its bytes per iteration (the
   kernel's per-job-per-host counter).
-* Links carry TCP payload: capacity x MSS/frame (1448/1514), i.e. the goodput a
+* Links carry TCP payload: capacity x MSS/frame (1448/1514 at 1500 B MTU), i.e. the goodput a
   kernel flow reaches; link samples in the trace count wire bits again.
 * It is event-driven: time jumps from one event to the next (a compute phase
   ends, a flow finishes, or, for MLTCP, a flow's bytes_ratio crosses the next
@@ -57,9 +57,6 @@ from mltcp.scenario import (
 )
 from mltcp.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace, provenance
 
-MSS_BYTES = 1448
-FRAME_BYTES = 1514
-PAYLOAD_EFFICIENCY = MSS_BYTES / FRAME_BYTES   # a 1 Gbit/s link carries ~957 Mbit/s of payload
 DEFAULT_F_STEPS = 8
 DEFAULT_SAMPLE_S = 0.01
 _REL_TOL = 1e-9
@@ -401,9 +398,9 @@ def _structure(scenario: Scenario, seed: int) -> _Structure:
     return _Structure(graph, link_ids, flow_job, flow_links, flow_bytes, weight, job_links)
 
 
-def _capacities(graph: NetworkGraph, link_ids: Sequence[str]) -> np.ndarray:
+def _capacities(graph: NetworkGraph, link_ids: Sequence[str], efficiency: float) -> np.ndarray:
     rate = {link.id: link.rate_mbit for link in graph.links}
-    return np.array([rate[lid.split(":", 1)[0]] * 1e6 / 8 * PAYLOAD_EFFICIENCY
+    return np.array([rate[lid.split(":", 1)[0]] * 1e6 / 8 * efficiency
                      for lid in link_ids])
 
 
@@ -461,7 +458,9 @@ def build_batch(runs: Sequence[Run], structs: Sequence[_Structure] | None = None
     batch = Batch(
         job_names=names, link_ids=first.link_ids, flow_job=np.array(first.flow_job),
         incidence=incidence,
-        capacity=np.stack([_capacities(s.graph, s.link_ids) for s in structs]),
+        capacity=np.stack([_capacities(s.graph, s.link_ids,
+                                       r.scenario.topology.payload_efficiency)
+                           for r, s in zip(runs, structs, strict=True)]),
         flow_bytes=np.array([s.flow_bytes for s in structs]),
         phase_fraction=phase_fraction,
         phase_compute=phase_compute,
@@ -473,15 +472,17 @@ def build_batch(runs: Sequence[Run], structs: Sequence[_Structure] | None = None
     return batch, structs
 
 
-def _link_samples(times: np.ndarray, cum: np.ndarray, sample_s: float) -> list[LinkSample]:
-    """Periodic samples from the cumulative payload bytes at event times."""
+def _link_samples(times: np.ndarray, cum: np.ndarray, sample_s: float,
+                  efficiency: float) -> list[LinkSample]:
+    """Periodic samples from the cumulative payload bytes at event times (the link's
+    throughput counts frames, like a queue's byte counter: payload / efficiency)."""
     end = float(times[-1]) if len(times) else 0.0
     grid = np.arange(sample_s, end + sample_s / 2, sample_s)
     if len(grid) == 0:
         return []
     at = np.interp(grid, times, cum)
     prev = np.concatenate([[0.0], at[:-1]])
-    bps = (at - prev) * 8 / sample_s / PAYLOAD_EFFICIENCY
+    bps = (at - prev) * 8 / sample_s / efficiency
     return [LinkSample(t=float(g), throughput_bps=float(max(b, 0.0)), queue_bytes=0,
                        ecn_marks=0, drops=0) for g, b in zip(grid, bps, strict=True)]
 
@@ -491,8 +492,7 @@ def to_traces(runs: Sequence[Run], batch: Batch, structs: Sequence[_Structure],
     """One common trace per lane (link samples only where links were recorded)."""
     opt = options or FluidOptions()
     traces = []
-    base = provenance({"fluid": {"f_steps": opt.f_steps,
-                                 "payload_efficiency": PAYLOAD_EFFICIENCY}})  # once: runs git
+    base = provenance({"fluid": {"f_steps": opt.f_steps}})  # once: it runs git
     for lane, (run, s) in enumerate(zip(runs, structs, strict=True)):
         jobs = []
         for j, job in enumerate(run.scenario.jobs):
@@ -519,13 +519,15 @@ def to_traces(runs: Sequence[Run], batch: Batch, structs: Sequence[_Structure],
             cum = np.array([x[lane] for x in result.link_bytes])
             caps = {lk.id: lk.rate_mbit for lk in s.graph.links}
             links = tuple(LinkTrace(id=lid, capacity_bps=caps[lid.split(":", 1)[0]] * 1e6,
-                                    samples=tuple(_link_samples(times, cum[:, k],
-                                                                opt.sample_s)))
+                                    samples=tuple(_link_samples(
+                                        times, cum[:, k], opt.sample_s,
+                                        run.scenario.topology.payload_efficiency)))
                           for k, lid in enumerate(s.link_ids))
         traces.append(Trace(
             scenario=run.scenario.name, scheme=run.scheme.name, backend="fluid",
             seed=run.seed, jobs=tuple(jobs), links=links,
-            provenance={**base, "topology": run.scenario.topology.to_dict()},
+            provenance={**base, "topology": run.scenario.topology.to_dict(),
+                        "payload_efficiency": run.scenario.topology.payload_efficiency},
             params={**run.scheme.to_dict(), "only_job": run.only_job}))
     return traces
 

@@ -40,7 +40,7 @@ RESERVED_SCHEME_NAMES = ("dedicated",)
 MAX_LINK_MBIT = 40_000
 MAX_HOSTS = 1024
 MAX_QUEUE_PACKETS = 100_000
-FRAME_BYTES = 1514  # one full-size Ethernet frame: what a queue slot holds
+
 MAX_COMPUTE_MS = 600_000
 MAX_START_OFFSET_MS = 3_600_000
 MAX_SEED = 2**32 - 1  # what every backend's RNG accepts
@@ -51,7 +51,10 @@ _SCHEME_NAME = re.compile(r"[a-z0-9_-]{1,30}")
 
 _TOP_KEYS = ("name", "description", "seeds", "topology", "jobs", "schemes")
 _COMMON_TOPOLOGY_KEYS = ("kind", "host_link_mbit", "queue_packets", "ecn_threshold_bytes",
-                         "gso_max_segs", "rto_min_ms")
+                         "gso_max_segs", "rto_min_ms", "mtu_bytes")
+MIN_MTU, MAX_MTU = 1280, 9000
+ETHERNET_HEADER_BYTES = 14
+TCP_IP_HEADER_BYTES = 52   # IPv4 20 + TCP 20 + timestamps 12: MSS = MTU - 52 (1448 at 1500)
 MAX_GSO_SEGS = 65535
 _DUMBBELL_KEYS = ("bottleneck_mbit", "hosts")
 _LEAF_SPINE_KEYS = ("leaves", "spines", "hosts_per_leaf", "oversubscription")
@@ -213,6 +216,29 @@ class Topology:
     # Linux's 200 ms.  Data centres lower it, and with compute phases of ~100 ms a
     # 200 ms timeout shifts a job by a whole iteration.
     rto_min_ms: float | None = None
+    # Every link's MTU: 1500, or jumbo frames (9000), which AI clusters often run and
+    # which cut the emulation's per-packet work six-fold.
+    mtu_bytes: int = 1500
+
+    @property
+    def frame_bytes(self) -> int:
+        """A full-size Ethernet frame: what one of ``queue_packets`` holds."""
+        return self.mtu_bytes + ETHERNET_HEADER_BYTES
+
+    @property
+    def mss_bytes(self) -> int:
+        """TCP payload per full-size segment (with timestamps, as Linux and ns-3 send)."""
+        return self.mtu_bytes - TCP_IP_HEADER_BYTES
+
+    @property
+    def payload_efficiency(self) -> float:
+        """Payload bits per bit on the wire: a link's goodput over its rate."""
+        return self.mss_bytes / self.frame_bytes
+
+    @property
+    def queue_bytes(self) -> int:
+        """Every shaped link's queue limit: ``queue_packets`` full-size frames."""
+        return self.queue_packets * self.frame_bytes
 
     def __post_init__(self) -> None:
         if self.kind == "leaf_spine":
@@ -281,6 +307,8 @@ class Topology:
             out["gso_max_segs"] = self.gso_max_segs
         if self.rto_min_ms is not None:
             out["rto_min_ms"] = self.rto_min_ms
+        if self.mtu_bytes != 1500:
+            out["mtu_bytes"] = self.mtu_bytes
         return out
 
 
@@ -658,15 +686,20 @@ def _parse_topology(raw: object) -> Topology:
         rto = _number(rto, t.at("rto_min_ms"), 1, 200,
                       "rto_min_ms = 5, or omit it for Linux's 200 ms")
         topology = dataclasses.replace(topology, rto_min_ms=rto)
+    mtu = t.get("mtu_bytes", "", None)
+    if mtu is not None:
+        mtu = _int(mtu, t.at("mtu_bytes"), MIN_MTU, MAX_MTU,
+                   "mtu_bytes = 9000 (jumbo frames), or omit it for 1500")
+        topology = dataclasses.replace(topology, mtu_bytes=mtu)
     ecn = t.get("ecn_threshold_bytes", "", None)
     if ecn is None:
         return topology
     field = t.at("ecn_threshold_bytes")
     ecn = _bytes(ecn, field, "ecn_threshold_bytes = 30000")
-    limit = queue * FRAME_BYTES
+    frame, limit = topology.frame_bytes, topology.queue_bytes
     if not 1500 <= ecn < limit:
         raise SpecError(
-            field, f"must be >= 1500 and below the queue ({queue} x {FRAME_BYTES} = {limit} "
+            field, f"must be >= 1500 and below the queue ({queue} x {frame} = {limit} "
             f"bytes) (got {ecn})",
             f"use a threshold between 1500 and {limit - 1}, e.g. {min(30000, limit // 3)}",
         )

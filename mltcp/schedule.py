@@ -16,9 +16,8 @@ import dataclasses
 from mltcp.cassini import CassiniSchedule, JobDemand, Phase, schedule
 from mltcp.errors import SpecError
 from mltcp.graph import NetworkGraph, graph_for, ring_link_ids
-from mltcp.scenario import FRAME_BYTES, Scenario, ScenarioJob, Scheme, placement
+from mltcp.scenario import Scenario, ScenarioJob, Scheme, Topology, placement
 
-MSS_BYTES = 1448
 RESOLUTIONS_MS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0)   # tried in order for the unified circle
 
 
@@ -28,11 +27,12 @@ def _path_mbit(graph: NetworkGraph, src: str, dst: str) -> float:
     return min(rates) if rates else float("inf")
 
 
-def job_demand(job: ScenarioJob, graph: NetworkGraph, hosts: tuple[str, ...]) -> JobDemand:
+def job_demand(job: ScenarioJob, topology: Topology, graph: NetworkGraph,
+               hosts: tuple[str, ...]) -> JobDemand:
     """The job's periodic demand, as on a dedicated network: each communication phase
     at its place in the iteration, demanding the rate of the job's slowest path."""
     mbit = min(_path_mbit(graph, h, hosts[(i + 1) % len(hosts)]) for i, h in enumerate(hosts))
-    goodput_bps = mbit * 1e6 * MSS_BYTES / FRAME_BYTES
+    goodput_bps = mbit * 1e6 * topology.payload_efficiency
     comm_ms = job.comm_bytes_per_worker() * 8 / goodput_bps * 1000
     phases, clock = [], 0.0
     for step in job.phase_list():
@@ -48,7 +48,8 @@ def cassini_plan(scenario: Scenario, step_deg: float = 5.0) -> CassiniSchedule:
     """Cassini's schedule for the scenario's jobs on its shared links."""
     graph = graph_for(scenario.topology)
     places = placement(scenario)
-    demands = {job.name: job_demand(job, graph, places[job.name]) for job in scenario.jobs}
+    demands = {job.name: job_demand(job, scenario.topology, graph, places[job.name])
+               for job in scenario.jobs}
     per_link: dict[str, list[JobDemand]] = {}
     for job in scenario.jobs:
         for link in ring_link_ids(graph, places[job.name]):
@@ -80,7 +81,7 @@ def apply_schedule(scenario: Scenario, scheme: Scheme) -> tuple[Scenario, dict[s
     places = placement(scenario)
     jobs, added = [], {}
     for job in scenario.jobs:
-        period = job_demand(job, graph, places[job.name]).period_ms
+        period = job_demand(job, scenario.topology, graph, places[job.name]).period_ms
         shift = plan.shifts_ms.get(job.name, 0.0)
         extra = (shift - job.start_offset_ms) % period
         added[job.name] = extra

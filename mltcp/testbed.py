@@ -62,10 +62,11 @@ def build_fabric(scenario: Scenario) -> Fabric:
     if topo.kind == "dumbbell":
         # Host links are unshaped veths (faster than any bottleneck here).
         return dumbbell(topo.hosts, topo.bottleneck_mbit, topo.queue_packets,
-                        gso_max_segs=topo.gso_max_segs, rto_min_ms=topo.rto_min_ms)
+                        gso_max_segs=topo.gso_max_segs, rto_min_ms=topo.rto_min_ms,
+                        mtu_bytes=topo.mtu_bytes)
     return leaf_spine(topo.leaves, topo.spines, topo.hosts_per_leaf, topo.host_link_mbit,
                       topo.oversubscription, topo.queue_packets, gso_max_segs=topo.gso_max_segs,
-                      rto_min_ms=topo.rto_min_ms)
+                      rto_min_ms=topo.rto_min_ms, mtu_bytes=topo.mtu_bytes)
 
 
 def _module(scheme: Scheme) -> tuple[str | None, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import pytest
@@ -83,3 +84,34 @@ def test_hosts_routes_carry_the_minimum_rto():
                        if line.startswith(f"{f.host_addr('h2')} via"))
     assert "rto_min" in route_to_h2 and "5ms" in route_to_h2
     assert "rto_min" not in switch
+
+
+def test_jumbo_frames_set_every_device_and_size_the_queues_in_frames():
+    import json
+    import subprocess
+
+    def run(ns: str, *argv: str) -> str:
+        return subprocess.run(["nsenter", f"--net=/run/netns/{ns}", *argv],
+                              capture_output=True, text=True, check=True).stdout
+
+    with fabric.dumbbell(2, 100, 50, mtu_bytes=9000) as f:
+        for node in ("h1", "swL", "swR", "h2"):
+            links = json.loads(run(f.ns(node), "ip", "-j", "link", "show"))
+            assert {ln["mtu"] for ln in links if ln["ifname"] != "lo"} == {9000}, node
+        qdiscs = json.loads(run(f.ns("swL"), "tc", "-j", "qdisc", "show"))
+        limits = [q["options"]["limit"] for q in qdiscs if q["kind"] == "bfifo"]
+        assert limits == [50 * 9014]
+        # A full-size datagram crosses the fabric in one piece (DF set, so nothing
+        # on the way may fragment it).
+        recv = subprocess.Popen(
+            ["nsenter", f"--net=/run/netns/{f.ns('h2')}", sys.executable, "-c",
+             "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+             "s.bind(('0.0.0.0', 9999)); s.settimeout(5); print(len(s.recv(65535)))"],
+            stdout=subprocess.PIPE, text=True)
+        time.sleep(0.3)
+        run(f.ns("h1"), sys.executable, "-c",
+            "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+            "s.setsockopt(socket.IPPROTO_IP, 10, 2); "  # IP_MTU_DISCOVER = IP_PMTUDISC_DO
+            f"s.sendto(bytes({9000 - 28}), ('{f.host_addr('h2')}', 9999))")
+        out, _ = recv.communicate(timeout=10)
+        assert out.strip() == str(9000 - 28)

@@ -135,12 +135,15 @@ def test_multi_phase_iterations_follow_their_phases() -> None:
 # --------------------------------------------------------------------------- scenarios
 
 
-def test_dedicated_iteration_is_compute_plus_bytes_at_goodput() -> None:
+@pytest.mark.parametrize("mtu", [1500, 9000])
+def test_dedicated_iteration_is_compute_plus_bytes_at_goodput(mtu: int) -> None:
     sc = load_scenario("compatible-pair")
+    sc = dataclasses.replace(sc, topology=dataclasses.replace(sc.topology, mtu_bytes=mtu))
     job = sc.job("a")
     trace = fluid.run_once(sc, sc.scheme("cubic"), seed=0, only_job="a")
     assert [j.name for j in trace.jobs] == ["a"]
-    goodput = sc.topology.bottleneck_mbit * 1e6 * fluid.PAYLOAD_EFFICIENCY
+    # Goodput is MSS/frame of the rate: 1448/1514 at 1500 B, 8948/9014 with jumbo frames.
+    goodput = sc.topology.bottleneck_mbit * 1e6 * (mtu - 52) / (mtu + 14)
     expected = job.compute_ms / 1000 + job.comm_bytes_per_worker() * 8 / goodput
     assert trace.jobs[0].iteration_times() == pytest.approx(
         np.full(job.iterations, expected), rel=1e-9)
@@ -211,7 +214,7 @@ def test_runs_of_another_structure_do_not_batch() -> None:
 def test_model_parallel_phases_are_traced_and_interleave() -> None:
     sc = load_scenario("model-parallel")
     alone = fluid.run_once(sc, sc.scheme("cubic"), seed=0, only_job="a").jobs[0]
-    goodput = sc.topology.bottleneck_mbit * 1e6 * fluid.PAYLOAD_EFFICIENCY
+    goodput = sc.topology.bottleneck_mbit * 1e6 * sc.topology.payload_efficiency
     burst = sc.job("a").comm_bytes_per_worker() * 0.5 * 8 / goodput
     first = alone.iterations[0]
     (a0, e0), (a1, e1) = first.phases
@@ -235,7 +238,7 @@ def test_compute_jitter_adds_the_drawn_noise_exactly() -> None:
 
     sc = _jittered("compatible-pair", 10.0)
     alone = fluid.run_once(sc, sc.scheme("cubic"), seed=4, only_job="a").job("a")
-    goodput = sc.topology.bottleneck_mbit * 1e6 * fluid.PAYLOAD_EFFICIENCY
+    goodput = sc.topology.bottleneck_mbit * 1e6 * sc.topology.payload_efficiency
     comm = sc.job("a").comm_bytes_per_worker() * 8 / goodput
     drawn = np.array(compute_jitter_ms(sc, 4)["a"]) / 1000
     assert alone.iteration_times() == pytest.approx(0.12 + comm + drawn, abs=1e-9)

@@ -165,6 +165,8 @@ BAD_DUMBBELL: list[tuple[str, Mutation, str]] = [
     ("gso text", set_("topology", "gso_max_segs", "off"), "topology.gso_max_segs"),
     ("rto_min zero", set_("topology", "rto_min_ms", 0), "topology.rto_min_ms"),
     ("rto_min above default", set_("topology", "rto_min_ms", 500), "topology.rto_min_ms"),
+    ("mtu below IPv6 minimum", set_("topology", "mtu_bytes", 576), "topology.mtu_bytes"),
+    ("mtu above jumbo", set_("topology", "mtu_bytes", 9216), "topology.mtu_bytes"),
     ("ecn too small", set_("topology", "ecn_threshold_bytes", 1499),
      "topology.ecn_threshold_bytes"),
     ("ecn >= queue", set_("topology", "ecn_threshold_bytes", 400 * 1514),
@@ -364,12 +366,27 @@ def test_optional_fields_take_their_defaults() -> None:
     s = parse_scenario(data)
     assert s.seeds == (0,) and s.description == ""
     assert s.topology.host_link_mbit == 10_000
+    topo = s.topology
+    assert (topo.mtu_bytes, topo.frame_bytes, topo.mss_bytes) == (1500, 1514, 1448)
+    assert topo.queue_bytes == topo.queue_packets * 1514
     job = s.jobs[0]
     assert (job.connections, job.start_offset_ms, job.collective) == (
         1, 0, Collective.RING_ALLREDUCE)
     assert s.schemes[2].aggressiveness == Aggressiveness()
     data["topology"]["bottleneck_mbit"] = 10_000
     assert parse_scenario(data).topology.host_link_mbit == 40_000  # 10x, capped
+
+
+def test_jumbo_frames_scale_frames_segments_and_queues() -> None:
+    data = dumbbell()
+    data["topology"]["mtu_bytes"] = 9000
+    topo = parse_scenario(data).topology
+    assert (topo.frame_bytes, topo.mss_bytes) == (9014, 8948)
+    assert topo.queue_bytes == topo.queue_packets * 9014
+    assert topo.payload_efficiency == pytest.approx(8948 / 9014)
+    assert topo.to_dict()["mtu_bytes"] == 9000
+    assert "mtu_bytes" not in parse_scenario(dumbbell()).topology.to_dict()
+    assert parse_scenario({**data, "topology": topo.to_dict()}).topology == topo
 
 
 def test_sizes_accept_ints_and_strings() -> None:

@@ -19,7 +19,7 @@ CASSINI = Scheme("cassini", "cubic", False, schedule="cassini")
 def test_demand_is_the_dedicated_profile() -> None:
     sc = load_scenario("model-parallel")
     job = sc.job("a")
-    demand = job_demand(job, graph_for(sc.topology), placement(sc)["a"])
+    demand = job_demand(job, sc.topology, graph_for(sc.topology), placement(sc)["a"])
     burst_ms = job.comm_bytes_per_worker() * 0.5 * 8 / (1e9 * 1448 / 1514) * 1000
     assert demand.period_ms == pytest.approx(120 + 2 * burst_ms)
     (p0, p1) = demand.phases
@@ -31,7 +31,7 @@ def test_compatible_pair_gets_a_shift_that_separates_the_phases() -> None:
     sc = load_scenario("compatible-pair")
     plan = cassini_plan(sc)
     assert all(score == pytest.approx(1.0) for score in plan.link_scores.values())
-    demand = job_demand(sc.job("a"), graph_for(sc.topology), placement(sc)["a"])
+    demand = job_demand(sc.job("a"), sc.topology, graph_for(sc.topology), placement(sc)["a"])
     comm = demand.phases[0].duration_ms
     gap = (plan.shifts_ms["b"] - plan.shifts_ms["a"]) % demand.period_ms
     assert comm <= gap <= demand.period_ms - comm      # b communicates while a computes
@@ -48,7 +48,8 @@ def test_a_job_never_starts_before_its_own_start() -> None:
         sc.jobs[1], start_offset_ms=1000.0)))
     shifted, added = apply_schedule(late, CASSINI)
     plan = cassini_plan(late)
-    period = job_demand(late.job("b"), graph_for(late.topology), placement(late)["b"]).period_ms
+    period = job_demand(late.job("b"), late.topology, graph_for(late.topology),
+                        placement(late)["b"]).period_ms
     b = shifted.job("b")
     assert 1000.0 <= b.start_offset_ms < 1000.0 + period
     periods_later = (b.start_offset_ms - plan.shifts_ms["b"]) / period

@@ -24,7 +24,6 @@ from pathlib import Path
 
 from mltcp.graph import NetworkGraph, directed_id, graph_for, ring_flow_path, ring_link_ids
 from mltcp.scenario import (
-    FRAME_BYTES,
     Scheme,
     compute_jitter_ms,
     idle_gap_ms,
@@ -47,7 +46,6 @@ HERE = Path(__file__).resolve().parent
 LINK_DELAY = "5us"                 # per link: a data-centre base RTT of a few tens of µs
 DEVICE_QUEUE = "4p"                # the NIC ring below the queue disc: keep it small
 SAMPLE_S = 0.01
-MSS = 1448
 CC_TYPES = {"reno": "ns3::TcpLinuxReno", "cubic": "ns3::TcpCubic", "dctcp": "ns3::TcpDctcp"}
 MLTCP_TYPES = {"reno": "ns3::MltcpReno", "cubic": "ns3::MltcpCubic", "dctcp": "ns3::MltcpDctcp"}
 DEFAULT_ECN_BYTES = 30_000
@@ -74,14 +72,14 @@ def cc_type(scheme: Scheme) -> str:
 
 def _queue_disc(ns, topo, scheme: Scheme, rate_mbit: float):
     tch = ns.TrafficControlHelper()
-    limit = topo.queue_packets * FRAME_BYTES
+    limit = topo.queue_bytes
     if scheme.cc == "dctcp":
         k = topo.ecn_threshold_bytes or DEFAULT_ECN_BYTES
         tch.SetRootQueueDisc("ns3::RedQueueDisc",
                              "MaxSize", ns.QueueSizeValue(ns.QueueSize(f"{limit}B")),
                              "UseEcn", ns.BooleanValue(True),
                              "UseHardDrop", ns.BooleanValue(False),
-                             "MeanPktSize", ns.UintegerValue(FRAME_BYTES),
+                             "MeanPktSize", ns.UintegerValue(topo.frame_bytes),
                              # Thresholds are in the queue's unit: bytes here.
                              "MinTh", ns.DoubleValue(k),
                              "MaxTh", ns.DoubleValue(k),
@@ -124,6 +122,7 @@ def build_network(ns, scenario, scheme: Scheme) -> Network:
         rate = link.rate_mbit or topo.host_link_mbit
         p2p = ns.PointToPointHelper()
         p2p.SetDeviceAttribute("DataRate", ns.StringValue(f"{rate}Mbps"))
+        p2p.SetDeviceAttribute("Mtu", ns.UintegerValue(topo.mtu_bytes))
         p2p.SetChannelAttribute("Delay", ns.StringValue(LINK_DELAY))
         p2p.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", ns.StringValue(DEVICE_QUEUE))
         pair = ns.NodeContainer()
@@ -201,7 +200,8 @@ def run(spec: dict) -> Trace:
     seed, only_job = spec["seed"], spec.get("only_job")
     ns, gbl = load_ns3()
     ns.RngSeedManager.SetSeed(1 + seed)
-    ns.Config.SetDefault("ns3::TcpSocket::SegmentSize", ns.UintegerValue(MSS))
+    ns.Config.SetDefault("ns3::TcpSocket::SegmentSize",
+                         ns.UintegerValue(scenario.topology.mss_bytes))
     ns.Config.SetDefault("ns3::TcpSocket::DelAckCount", ns.UintegerValue(1))
     # Linux autotunes its buffers; ns-3's default 128 KB receive window would cap every
     # flow below the bottleneck's queue, so congestion control would never act.
