@@ -544,6 +544,21 @@ def start_offsets_ms(scenario: Scenario, seed: int) -> dict[str, float]:
     return {job.name: job.start_offset_ms + rng.uniform(0, 1.0) for job in scenario.jobs}
 
 
+DCTCP_DEFAULT_ECN_BYTES = 30_000
+
+
+def ecn_threshold_bytes(topology: Topology, scheme: Scheme) -> int | None:
+    """Where the shaped links mark ECN-capable packets (bytes of backlog), or None.
+
+    Marking is a switch setting, so a topology's threshold applies whatever the hosts
+    run: classic-ECN cubic and reno back off on a mark as on a loss, without the
+    loss.  DCTCP needs marks, so a DCTCP scheme on a topology without a threshold gets
+    30 KB (parsed scenarios always give one)."""
+    if topology.ecn_threshold_bytes is not None:
+        return topology.ecn_threshold_bytes
+    return DCTCP_DEFAULT_ECN_BYTES if scheme.cc == "dctcp" else None
+
+
 def idle_gap_ms(job: ScenarioJob) -> float:
     """The silence that ends an MLTCP job's iteration, for the backends that run the
     datapath (netns, ns-3), which know the compute time.

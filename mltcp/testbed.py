@@ -43,6 +43,7 @@ from mltcp.scenario import (
     ScenarioJob,
     Scheme,
     compute_jitter_ms,
+    ecn_threshold_bytes,
     idle_gap_ms,
     placement,
     start_offsets_ms,
@@ -150,9 +151,9 @@ def run_once(scenario: Scenario, scheme: Scheme, seed: int, only_job: str | None
     jitter = compute_jitter_ms(scenario, seed)
     try:
         with build_fabric(scenario) as fab:
-            marked = scheme.cc == "dctcp"
-            if marked:
-                _attach_markers(fab, scenario.topology.ecn_threshold_bytes or 30_000)
+            threshold = ecn_threshold_bytes(scenario.topology, scheme)
+            if threshold is not None:
+                _attach_markers(fab, threshold)
             specs, job_links = [], {}
             t0 = time.monotonic() + SETUP_S
             tmp = Path(tempfile.mkdtemp(prefix="mltcp-tb-"))
@@ -173,7 +174,7 @@ def run_once(scenario: Scenario, scheme: Scheme, seed: int, only_job: str | None
                     start_offset_ms=offsets[job.name], compute_jitter_ms=jitter[job.name],
                     out=str(tmp / f"{job.name}.json"),
                     listener_cc=cc if scheme.cc == "dctcp" else None))
-            sampler = _LinkSampler(fab, t0, marked)
+            sampler = _LinkSampler(fab, t0, threshold is not None)
             procs = []
             for spec in specs:
                 path = tmp / f"{spec.job}.spec.json"

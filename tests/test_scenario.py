@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import tomllib
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from mltcp.budget import Collective
 from mltcp.errors import SpecError
 from mltcp.scenario import (
     Scenario,
+    Scheme,
     list_examples,
     load_scenario,
     parse_scenario,
@@ -553,3 +555,15 @@ def test_compute_jitter_is_seeded_per_job_and_never_negative() -> None:
     assert compute_jitter_ms(load_scenario("compatible-pair"), 1)["a"] == [0.0] * 40
     data["jobs"][0]["compute_jitter_ms"] = -1
     assert_spec_error(data, "jobs[0].compute_jitter_ms")
+
+
+def test_links_mark_ecn_wherever_the_topology_says_and_for_dctcp() -> None:
+    from mltcp.scenario import ecn_threshold_bytes
+
+    plain = load_scenario("compatible-pair")
+    assert ecn_threshold_bytes(plain.topology, plain.scheme("cubic")) is None
+    dctcp = Scheme("d", "dctcp", False)
+    assert ecn_threshold_bytes(plain.topology, dctcp) == 30_000
+    marked = dataclasses.replace(plain.topology, ecn_threshold_bytes=100_000)
+    for scheme in (plain.scheme("cubic"), plain.scheme("mltcp-reno"), dctcp):
+        assert ecn_threshold_bytes(marked, scheme) == 100_000

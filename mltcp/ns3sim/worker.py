@@ -9,8 +9,9 @@ on stderr while it runs and writes the trace to the path in the spec.
 Network: every node of :func:`mltcp.graph.graph_for` becomes an ns-3 node, every link
 a point-to-point link at its rate (unshaped host links at the topology's host rate)
 with ``LINK_DELAY`` of propagation delay.  Shaped links get a FIFO queue disc of the
-scenario's queue size in bytes (as the testbed's bfifo), or, for DCTCP schemes, a RED
-queue disc used as a step ECN marker at ``ecn_threshold_bytes`` (instantaneous queue).
+scenario's queue size in bytes (as the testbed's bfifo), or, where the topology marks
+ECN (``ecn_threshold_bytes``; 30 KB for DCTCP without one), a RED queue disc used as a
+step marker at that backlog (instantaneous queue), with ECN negotiated by every host.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from mltcp.graph import NetworkGraph, directed_id, graph_for, ring_flow_path, ri
 from mltcp.scenario import (
     Scheme,
     compute_jitter_ms,
+    ecn_threshold_bytes,
     idle_gap_ms,
     parse_scenario,
     placement,
@@ -48,7 +50,6 @@ DEVICE_QUEUE = "4p"                # the NIC ring below the queue disc: keep it 
 SAMPLE_S = 0.01
 CC_TYPES = {"reno": "ns3::TcpLinuxReno", "cubic": "ns3::TcpCubic", "dctcp": "ns3::TcpDctcp"}
 MLTCP_TYPES = {"reno": "ns3::MltcpReno", "cubic": "ns3::MltcpCubic", "dctcp": "ns3::MltcpDctcp"}
-DEFAULT_ECN_BYTES = 30_000
 RCV_BUF_BYTES = 64 << 20
 LINUX_RTO_MIN_MS = 200
 
@@ -73,8 +74,8 @@ def cc_type(scheme: Scheme) -> str:
 def _queue_disc(ns, topo, scheme: Scheme, rate_mbit: float):
     tch = ns.TrafficControlHelper()
     limit = topo.queue_bytes
-    if scheme.cc == "dctcp":
-        k = topo.ecn_threshold_bytes or DEFAULT_ECN_BYTES
+    k = ecn_threshold_bytes(topo, scheme)
+    if k is not None:
         tch.SetRootQueueDisc("ns3::RedQueueDisc",
                              "MaxSize", ns.QueueSizeValue(ns.QueueSize(f"{limit}B")),
                              "UseEcn", ns.BooleanValue(True),
@@ -209,7 +210,8 @@ def run(spec: dict) -> Trace:
     # ns-3's minimum RTO is 1 s; Linux's is 200 ms unless the scenario lowers it.
     rto_ms = scenario.topology.rto_min_ms or LINUX_RTO_MIN_MS
     ns.Config.SetDefault("ns3::TcpSocketBase::MinRto", ns.TimeValue(ns.MilliSeconds(rto_ms)))
-    if scheme.cc == "dctcp":
+    if ecn_threshold_bytes(scenario.topology, scheme) is not None:
+        # Hosts negotiate ECN wherever links mark (as the testbed's hosts, tcp_ecn=1).
         ns.Config.SetDefault("ns3::TcpSocketBase::UseEcn", ns.StringValue("On"))
     net = build_network(ns, scenario, scheme)
     multipath = scenario.topology.kind != "dumbbell"
