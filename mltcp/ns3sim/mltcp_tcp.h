@@ -12,6 +12,8 @@
 // class cannot, and its unfairness at equal F is the smaller of the two.
 #pragma once
 #include "ns3/double.h"
+#include "ns3/nstime.h"
+#include "ns3/object.h"
 #include "ns3/simulator.h"
 #include "ns3/tcp-cubic.h"
 #include "ns3/tcp-dctcp.h"
@@ -39,17 +41,71 @@ class MltcpJobs {
     mltcp::IterationTracker& t = Get(job, node);
     t.budget = budget;
     t.gap_ns = gap_ns;
-    t.agg.slope_fp = static_cast<uint64_t>(std::llround(slope * mltcp::kFpOne));
-    t.agg.intercept_fp = static_cast<uint64_t>(std::llround(intercept * mltcp::kFpOne));
-    t.agg.cap_fp = cap > 0 ? static_cast<uint64_t>(std::llround(cap * mltcp::kFpOne)) : 0;
+    t.agg.slope_fp = ToFixed(slope);
+    t.agg.intercept_fp = ToFixed(intercept);
+    t.agg.cap_fp = cap > 0 ? ToFixed(cap) : 0;
   }
   static void Clear() { Table().clear(); }
+  // Q16.16 rounded half to even, as Python's round() in Aggressiveness.to_fixed().
+  static uint64_t ToFixed(double x) {
+    return static_cast<uint64_t>(std::nearbyint(x * mltcp::kFpOne));
+  }
 
  private:
   static std::map<std::pair<uint32_t, uint32_t>, mltcp::IterationTracker>& Table() {
     static std::map<std::pair<uint32_t, uint32_t>, mltcp::IterationTracker> table;
     return table;
   }
+};
+
+// One job's MLTCP parameters on one host, as ns-3 attributes named after the Python
+// spec (Aggressiveness: slope, intercept, cap; the tracker: budget, gap): Install()
+// configures the tracker that every MLTCP flow tagged (JobId, NodeId) feeds.
+class MltcpJobConfig : public Object {
+ public:
+  static TypeId GetTypeId() {
+    static TypeId tid =
+        TypeId("ns3::MltcpJobConfig")
+            .SetParent<Object>()
+            .SetGroupName("Internet")
+            .AddConstructor<MltcpJobConfig>()
+            .AddAttribute("JobId", "the job (1..255), as the flows' JobId", UintegerValue(1),
+                          MakeUintegerAccessor(&MltcpJobConfig::m_job),
+                          MakeUintegerChecker<uint32_t>(1, 255))
+            .AddAttribute("NodeId", "the host, as the flows' NodeId", UintegerValue(0),
+                          MakeUintegerAccessor(&MltcpJobConfig::m_node),
+                          MakeUintegerChecker<uint32_t>())
+            .AddAttribute("Budget", "bytes the job sends per iteration from this host "
+                          "(0: unknown, F = 1)", UintegerValue(0),
+                          MakeUintegerAccessor(&MltcpJobConfig::m_budget),
+                          MakeUintegerChecker<uint64_t>())
+            .AddAttribute("Slope", "F's slope", DoubleValue(1.0),
+                          MakeDoubleAccessor(&MltcpJobConfig::m_slope),
+                          MakeDoubleChecker<double>(0.0, 1024.0))
+            .AddAttribute("Intercept", "F's intercept", DoubleValue(1.0),
+                          MakeDoubleAccessor(&MltcpJobConfig::m_intercept),
+                          MakeDoubleChecker<double>(0.0, 1024.0))
+            .AddAttribute("Cap", "F's cap (0: none)", DoubleValue(0.0),
+                          MakeDoubleAccessor(&MltcpJobConfig::m_cap),
+                          MakeDoubleChecker<double>(0.0, 1024.0))
+            .AddAttribute("IdleGap", "a silence longer than this ends the job's iteration",
+                          TimeValue(MilliSeconds(5)),
+                          MakeTimeAccessor(&MltcpJobConfig::m_gap), MakeTimeChecker());
+    return tid;
+  }
+  void Install() const {
+    MltcpJobs::Configure(m_job, m_node, m_budget, m_slope, m_intercept, m_cap,
+                         static_cast<uint64_t>(m_gap.GetNanoSeconds()));
+  }
+
+ private:
+  uint32_t m_job{1};
+  uint32_t m_node{0};
+  uint64_t m_budget{0};
+  double m_slope{1.0};
+  double m_intercept{1.0};
+  double m_cap{0.0};
+  Time m_gap{MilliSeconds(5)};
 };
 
 // The per-flow part every MLTCP class shares: which job, and the carried fraction.

@@ -61,7 +61,7 @@ def load_ns3():
 
     cppyy.add_include_path(str(HERE))
     cppyy.include(str(HERE / "mltcp_sim.h"))
-    for name in ("MltcpReno", "MltcpCubic", "MltcpDctcp", "FlowPathRouting"):
+    for name in ("MltcpReno", "MltcpCubic", "MltcpDctcp", "MltcpJobConfig", "FlowPathRouting"):
         getattr(cppyy.gbl.ns3, name).GetTypeId()     # registers the TypeId
     return ns, cppyy.gbl
 
@@ -168,6 +168,21 @@ def route_flows(gbl, net: Network, hosts, job_name: str, seed: int) -> None:
                                                            ifs.GetAddress(there))
 
 
+def _job_config(ns, gbl, job_id: int, node_id: int, budget: int, agg, gap_ns: int) -> None:
+    """The job's tracker on one host, through MltcpJobConfig's attributes (named after
+    the Python spec), as an ns-3 script would set them."""
+    cfg = gbl.ns3.CreateObject[gbl.ns3.MltcpJobConfig]()
+    for name, value in (("JobId", ns.UintegerValue(job_id)),
+                        ("NodeId", ns.UintegerValue(node_id)),
+                        ("Budget", ns.UintegerValue(budget)),
+                        ("Slope", ns.DoubleValue(agg.slope)),
+                        ("Intercept", ns.DoubleValue(agg.intercept)),
+                        ("Cap", ns.DoubleValue(agg.cap or 0.0)),
+                        ("IdleGap", ns.TimeValue(ns.NanoSeconds(gap_ns)))):
+        cfg.SetAttribute(name, value)
+    cfg.Install()
+
+
 def phase_bytes(job) -> list[int]:
     """Bytes per worker in each phase of an iteration: the shares of the iteration's
     bytes, rounded so that they add up exactly."""
@@ -241,9 +256,8 @@ def run(spec: dict) -> Trace:
             tj.job_id = index + 1
             gap_ns = int(idle_gap_ms(job) * 1e6)
             for h in hosts:
-                gbl.ns3.MltcpJobs.Configure(index + 1, net.nodes[h].GetId(),
-                                            job.comm_bytes_per_worker(), agg.slope,
-                                            agg.intercept, agg.cap or 0.0, gap_ns)
+                _job_config(ns, gbl, index + 1, net.nodes[h].GetId(),
+                            job.comm_bytes_per_worker(), agg, gap_ns)
         if multipath:
             route_flows(gbl, net, hosts, job.name, seed)
         tj.Start(offsets[job.name] / 1000)
