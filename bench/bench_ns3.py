@@ -24,10 +24,13 @@ from mltcp.ns3sim.backend import run_once
 from mltcp.scenario import Scheme, load_scenario
 from mltcp.trace import provenance
 
-VARIANTS = {"reno": Scheme("reno", "reno", False), "mltcp-reno": Scheme("mltcp-reno", "reno",
-                                                                        True, 4.0, 1.0),
-            "cubic": Scheme("cubic", "cubic", False),
-            "mltcp-cubic": Scheme("mltcp-cubic", "cubic", True, 4.0, 1.0)}
+CCS = ("reno", "cubic", "dctcp")
+# Per congestion control: ns-3's class, the MLTCP class with F == 1 (the very same
+# events, so any difference is the classes' own cost), and MLTCP with slope 4.
+VARIANTS = {name: scheme for cc in CCS for name, scheme in (
+    (cc, Scheme(cc, cc, False)),
+    (f"mltcp-{cc}-flat", Scheme(f"mltcp-{cc}-flat", cc, True, 0.0, 1.0)),
+    (f"mltcp-{cc}", Scheme(f"mltcp-{cc}", cc, True, 4.0, 1.0)))}
 
 
 def scenario(iterations: int):
@@ -69,17 +72,19 @@ def main() -> None:
                                     "simulation_part_s": med - base,
                                     # MLTCP changes the schedule, so compare per simulated s
                                     "simulation_s_per_simulated_s": (med - base) / sim_s[name]}
-    for cc in ("reno", "cubic"):
-        n, m = result["variants"][cc], result["variants"][f"mltcp-{cc}"]
-        result[f"mltcp_over_native_{cc}"] = {
-            "wall": m["wall_s_median"] / n["wall_s_median"],
-            "simulation_part": m["simulation_part_s"] / n["simulation_part_s"],
-            "per_simulated_second": (m["simulation_s_per_simulated_s"]
-                                     / n["simulation_s_per_simulated_s"])}
-        print(f"{cc}: MLTCP / native wall x{result[f'mltcp_over_native_{cc}']['wall']:.2f}, "
-              f"simulation part x{result[f'mltcp_over_native_{cc}']['simulation_part']:.2f}, "
-              f"per simulated s x{result[f'mltcp_over_native_{cc}']['per_simulated_second']:.2f} "
-              f"(startup {base:.1f} s)")
+    for cc in CCS:
+        n = result["variants"][cc]
+        for kind in ("flat", "mltcp"):
+            m = result["variants"][f"mltcp-{cc}-flat" if kind == "flat" else f"mltcp-{cc}"]
+            ratio = {"wall": m["wall_s_median"] / n["wall_s_median"],
+                     "simulation_part": m["simulation_part_s"] / n["simulation_part_s"],
+                     "per_simulated_second": (m["simulation_s_per_simulated_s"]
+                                              / n["simulation_s_per_simulated_s"])}
+            result[f"{kind}_over_native_{cc}"] = ratio
+            print(f"{cc}: {'MLTCP F=1' if kind == 'flat' else 'MLTCP slope 4'} / native: "
+                  f"wall x{ratio['wall']:.2f}, simulation part x{ratio['simulation_part']:.2f}, "
+                  f"per simulated s x{ratio['per_simulated_second']:.2f} "
+                  f"(startup {base:.1f} s)")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
