@@ -28,7 +28,7 @@ from mltcp.scenario import (
 MB = 1_000_000
 GOODPUT_1G = 957e6
 EXAMPLES = ("compatible-pair", "incompatible-pair", "three-jobs", "leaf-spine", "dctcp-pair",
-            "model-parallel")
+            "model-parallel", "compatible-pair-ecn")
 
 
 def raw_example(name: str) -> dict[str, Any]:
