@@ -284,6 +284,7 @@ def run(spec: dict) -> Trace:
         ns.Simulator.Run()
         print(f"progress {ns.Simulator.Now().GetSeconds():.3f} {time.monotonic() - started:.1f}",
               file=sys.stderr, flush=True)
+    simulation_wall_s = time.monotonic() - started       # without import and compile
     times = list(sampler.times)
     job_traces, flows = [], []
     for job, tj, hosts in jobs:
@@ -327,7 +328,8 @@ def run(spec: dict) -> Trace:
                  jobs=tuple(job_traces), links=tuple(links),
                  provenance=provenance({"topology": scenario.topology.to_dict(),
                                         "ns3": {"version": "3.44", "link_delay": LINK_DELAY,
-                                                "cc_type": cc_type(scheme)}}),
+                                                "cc_type": cc_type(scheme),
+                                                "simulation_wall_s": simulation_wall_s}}),
                  params={**scheme.to_dict(), "only_job": only_job}, flows=tuple(flows))
 
 
