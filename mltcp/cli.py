@@ -92,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--backend", default="netns", choices=BACKENDS,
                     help="netns: real kernel TCP in network namespaces; fluid: the flow-level "
                          "model (seconds, no root needed); ns3: packet-level ns-3 "
-                         "(pip install 'mltcp[ns3]')")
+                         "(pip install 'mltcp[ns3]'); dcqcn: RoCE, every scheme on the DCQCN "
+                         "model (MLTCP schemes through the tuner's knob policy)")
     rn.add_argument("--out", required=True, help="output directory")
     rn.add_argument("--scheme", action="append", help="only these schemes (repeatable)")
     rn.add_argument("--seed", action="append", type=int, help="only these seeds (repeatable)")

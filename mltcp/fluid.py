@@ -378,7 +378,10 @@ class _Structure:
     job_links: dict[str, list[str]]
 
 
-def _structure(scenario: Scenario, seed: int) -> _Structure:
+def structure(scenario: Scenario, seed: int) -> _Structure:
+    """A run's flows (one per ring worker, on its seed's ECMP path), the directed
+    links they cross, and their bytes and weights: what the fluid model and the
+    DCQCN model (:mod:`mltcp.dcqcn.simulate`) both run on."""
     graph = graph_for(scenario.topology)
     link_ids = [directed_id(link, a, b) for link in graph.links if link.rate_mbit
                 for a, b in ((link.a, link.b), (link.b, link.a))]
@@ -421,7 +424,7 @@ def build_batch(runs: Sequence[Run], structs: Sequence[_Structure] | None = None
     ``structs``: the runs' structures where the caller has them already."""
     if not runs:
         raise SpecError("runs", "empty", "give at least one run")
-    structs = list(structs) if structs is not None else [_structure(r.scenario, r.seed)
+    structs = list(structs) if structs is not None else [structure(r.scenario, r.seed)
                                                          for r in runs]
     first = structs[0]
     names = [j.name for j in runs[0].scenario.jobs]
@@ -562,7 +565,7 @@ def run_many(runs: Sequence[Run], options: FluidOptions | None = None,
              progress: Callable[[float], None] | None = None) -> list[Trace]:
     """Traces of ``runs`` in their order; runs of one structure advance as lanes of
     one batch (one numpy step moves all of them), so N seeds cost about one run."""
-    structures = [_structure(run.scenario, run.seed) for run in runs]   # once per run
+    structures = [structure(run.scenario, run.seed) for run in runs]   # once per run
     groups: dict[tuple, list[int]] = {}
     for i, run in enumerate(runs):
         groups.setdefault(_structure_key(run, structures[i]), []).append(i)

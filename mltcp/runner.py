@@ -32,7 +32,7 @@ def _progress(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
-BACKENDS = ("netns", "fluid", "ns3")
+BACKENDS = ("netns", "fluid", "ns3", "dcqcn")
 
 
 def _planned_runs(scenario: Scenario, seeds: Sequence[int],
@@ -89,11 +89,13 @@ def run_scenario(scenario_ref: str, out_dir: str | Path, schemes: Sequence[str] 
         trace.save(out / "traces" / f"{stem}.json")
         step(done, stem)
 
-    if backend == "fluid":
+    if backend in ("fluid", "dcqcn"):     # models: all runs at once, as lanes of batches
         from mltcp import fluid
+        from mltcp.dcqcn import simulate as dcqcn
 
-        traces = fluid.run_many([fluid.Run(scheduled[scheme.name][0], scheme, seed, only)
-                                 for _, scheme, seed, only in planned])
+        run_many = fluid.run_many if backend == "fluid" else dcqcn.run_many
+        traces = run_many([fluid.Run(scheduled[scheme.name][0], scheme, seed, only)
+                           for _, scheme, seed, only in planned])
         for done, ((stem, *_), trace) in enumerate(zip(planned, traces, strict=True), 1):
             save(done, stem, trace)
     elif backend == "ns3" and parallel > 1:

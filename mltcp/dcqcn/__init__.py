@@ -11,5 +11,12 @@ their configuration knobs, rewritten at iteration granularity. One module per jo
 * :mod:`~mltcp.dcqcn.tuner` -- the polling loop on :class:`mltcp.iteration.IterationTracker`;
 * :mod:`~mltcp.dcqcn.commands` -- ``mltcp dcqcn ...``.
 
+And the DCQCN model that checks what the tuner does, without a NIC:
+
+* :mod:`~mltcp.dcqcn.modelparams` -- what it runs with (the knob table's values, switch marking);
+* :mod:`~mltcp.dcqcn.model` -- DCQCN's reaction/notification points and ECN switches, stepped;
+* :mod:`~mltcp.dcqcn.longflows` -- long-lived flows on one link (fairness, fixed F);
+* :mod:`~mltcp.dcqcn.simulate` -- training jobs on it: the ``dcqcn`` backend.
+
 ``rdma/README.md`` is the user's guide.
 """
