@@ -345,8 +345,8 @@ def _submit_ns3(client: Any, spec: SweepSpec,
     dedicated: dict[tuple, Any] = {}
     points = []
     for point in spec.points():
+        sc, _ = variant(spec, point)          # its jobs: the same for every seed
         for seed in spec.seeds:
-            sc, _ = variant(spec, point)
             key = _scenario_key(point, seed)
             for job in sc.jobs:
                 if (key, job.name) not in dedicated:
