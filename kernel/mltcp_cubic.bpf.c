@@ -16,6 +16,12 @@
  *    tracks the curve (short RTTs, i.e. data centres).  MLTCP-CUBIC runs the
  *    curve's clock F times faster: per jiffy spent in congestion avoidance it
  *    moves epoch_start (F - 1) jiffies back (with a carried fraction).
+ * Both speed-ups are bounded by CUBIC's own ceiling: the kernel never lets
+ * the window grow by more than one segment per two ACKed (cnt >= 2, i.e. x1.5
+ * per round trip), and MLTCP-CUBIC keeps that ceiling per ACK (a growth
+ * credit of one half-segment per ACKed segment, at most one segment carried).  Without it an
+ * F of 5 grew the window ~x3.5 per round trip, faster than one ECN or loss
+ * signal per round can rein in, and the flows lost thousands of packets.
  * The curve's shape, HyStart, fast convergence and beta are untouched.  With
  * F = 1 (no job, disabled or stale config) the calls are exactly the kernel's.
  * mltcp_repair() (a workaround for a kernel fault, see mltcp.h) runs before
@@ -35,7 +41,8 @@ struct mltcp_cubic_ca {
 	struct bictcp cubic;   /* the kernel's own CUBIC state, used by the kfuncs */
 	struct mltcp_flow m;
 	__u32 clock_jiffies;   /* jiffies at the previous congestion-avoidance ACK */
-	__u32 clock_frac;      /* Q16 fraction of a jiffy the curve's clock is ahead */
+	__u16 clock_frac;      /* Q16 fraction of a jiffy the curve's clock is ahead */
+	__u16 growth_credit;   /* half-segments the window may still grow by (<= 2) */
 };
 
 /* A longer pause between congestion-avoidance ACKs (idle, application- or
@@ -77,6 +84,22 @@ static __always_inline void mltcp_cubic_speed_clock(struct sock *sk, struct mltc
 		ca->cubic.epoch_start = (__u32)-1;
 }
 
+/* Hold the window's growth on this ACK to CUBIC's ceiling of acked/2 segments
+ * (plus at most one segment of credit left from earlier ACKs). */
+static __always_inline void mltcp_cubic_cap_growth(struct sock *sk, struct mltcp_cubic_ca *ca,
+						   __u32 before, __u32 acked)
+{
+	struct tcp_sock *tp = mltcp_tcp_sk(sk);
+	__u64 halves = (__u64)ca->growth_credit + acked;
+	__u64 allowed = before + (halves >> 1);
+
+	if (tp->snd_cwnd > allowed)
+		tp->snd_cwnd = (__u32)allowed;
+	if (tp->snd_cwnd > before)
+		halves -= (__u64)(tp->snd_cwnd - before) << 1;
+	ca->growth_credit = halves > 2 ? 2 : (__u16)halves;
+}
+
 SEC("struct_ops")
 void BPF_PROG(mltcp_cubic_init, struct sock *sk)
 {
@@ -86,6 +109,7 @@ void BPF_PROG(mltcp_cubic_init, struct sock *sk)
 	mltcp_flow_init(sk, &ca->m);
 	ca->clock_jiffies = 0;
 	ca->clock_frac = 0;
+	ca->growth_credit = 0;
 }
 
 SEC("struct_ops")
@@ -106,10 +130,17 @@ SEC("struct_ops")
 void BPF_PROG(mltcp_cubic_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 {
 	struct mltcp_cubic_ca *ca = cubic_ca(sk);
+	struct tcp_sock *tp = mltcp_tcp_sk(sk);
+	__u32 before;
+	bool sped;
 
 	mltcp_repair(sk, cubic_expected_ssthresh(sk));
+	before = tp->snd_cwnd;
+	sped = ca->m.f_fp > MLTCP_FP_ONE && before >= tp->snd_ssthresh;
 	mltcp_cubic_speed_clock(sk, ca);
 	cubictcp_cong_avoid(sk, ack, mltcp_scale_acked(sk, &ca->m, acked));
+	if (sped)
+		mltcp_cubic_cap_growth(sk, ca, before, acked);
 }
 
 SEC("struct_ops")

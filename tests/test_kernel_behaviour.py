@@ -142,6 +142,17 @@ def test_f_pinned_at_two_speeds_up_cubic(lab, job):
     assert fast.per_round >= 1.5 * ref.per_round
 
 
+def test_cubic_speed_up_keeps_cubics_growth_ceiling(lab, job):
+    """F = 6 speeds CUBIC's curve 6x, yet no window grows faster than the kernel's own
+    ceiling of one segment per two ACKed (x1.5 per round); without the cap the window
+    grew by up to ~F/2 segments per ACK and the flows lost thousands of packets."""
+    ref = flowstats.ca_growth(bulk(lab, "cubic")["samples"])
+    job("c6", "cubic", budget=10**9, slope=0.0, intercept=6.0)
+    samples = bulk(lab, "mltcp_cubic")["samples"]
+    assert flowstats.peak_growth_per_delivered(samples, min_delivered=50) <= 0.5 + 1 / 50
+    assert flowstats.ca_growth(samples).per_round >= 1.5 * ref.per_round
+
+
 def test_flow_of_no_job_runs_the_standard_algorithm(lab, job):
     job("other", "reno", budget=10**9, slope=0.0, intercept=2.0,
         rules=(maps.Rule(port=PORT + 99),))  # a job exists, but not for this flow

@@ -9,7 +9,9 @@
 //
 // MltcpCubic scales CUBIC's per-ACK growth only.  The kernel's mltcp_cubic also
 // advances CUBIC's clock (epoch start) by F; ns-3 keeps that state private, so this
-// class cannot, and its unfairness at equal F is the smaller of the two.
+// class cannot, and its unfairness at equal F is the smaller of the two.  Both keep
+// the kernel CUBIC's growth ceiling while F > 1: at most one segment per two acked
+// (x1.5 per round trip), at most one segment of unused credit carried.
 #pragma once
 #include "ns3/double.h"
 #include "ns3/nstime.h"
@@ -126,6 +128,11 @@ class MltcpFlow {
     if (event != TcpSocketState::CA_EVENT_TX_START) return;
     if (auto* t = Tracker()) t->OnTxStart(NowNs(), tcb->m_bytesInFlight.Get());
   }
+  // True while the job's F speeds this flow up (F > 1).
+  bool Faster() {
+    auto* t = Tracker();
+    return t && t->f_fp > mltcp::kFpOne;
+  }
   uint32_t Scaled(uint32_t segments) {
     auto* t = Tracker();
     if (!t) return segments;
@@ -218,9 +225,28 @@ class MltcpCubic : public MltcpOps<TcpCubic> {
   std::string GetName() const override { return "MltcpCubic"; }
   Ptr<TcpCongestionOps> Fork() override { return CopyObject<MltcpCubic>(this); }
   void IncreaseWindow(Ptr<TcpSocketState> tcb, uint32_t segments) override {
-    if (tcb->m_cWnd >= tcb->m_ssThresh) segments = m_flow.Scaled(segments);
-    TcpCubic::IncreaseWindow(tcb, segments);
+    if (tcb->m_cWnd < tcb->m_ssThresh) {
+      TcpCubic::IncreaseWindow(tcb, segments);
+      return;
+    }
+    const bool faster = m_flow.Faster();
+    const uint32_t before = tcb->m_cWnd;
+    TcpCubic::IncreaseWindow(tcb, m_flow.Scaled(segments));
+    if (faster) CapGrowth(tcb, before, segments);
   }
+
+ private:
+  // The kernel CUBIC's ceiling, as kernel/mltcp_cubic.bpf.c keeps it: one half-segment
+  // of growth per segment acked, unused credit carried up to one segment.
+  void CapGrowth(Ptr<TcpSocketState> tcb, uint32_t before, uint32_t segments) {
+    const uint32_t mss = tcb->m_segmentSize;
+    uint64_t halves = uint64_t(m_growthHalves) + segments;
+    const uint64_t allowed = before + (halves / 2) * mss;
+    if (tcb->m_cWnd > allowed) tcb->m_cWnd = static_cast<uint32_t>(allowed);
+    if (tcb->m_cWnd > before) halves -= 2 * ((tcb->m_cWnd - before + mss - 1) / mss);
+    m_growthHalves = static_cast<uint32_t>(halves > 2 ? 2 : halves);
+  }
+  uint32_t m_growthHalves{0};
 };
 
 }  // namespace ns3
