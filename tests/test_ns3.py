@@ -67,7 +67,7 @@ def test_cpp_tracker_matches_the_python_reference_event_for_event(seed: int) -> 
         assert frac[0] == py_frac
 
 
-def _small(name: str = "compatible-pair", iterations: int = 3):
+def _small(name: str = "compatible-pair-droptail", iterations: int = 3):
     """The scenario at 100 Mbit/s with 1 MB per worker per iteration."""
     sc = load_scenario(name)
     topo = dataclasses.replace(sc.topology, bottleneck_mbit=100, queue_packets=100)

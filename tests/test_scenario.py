@@ -28,7 +28,7 @@ from mltcp.scenario import (
 MB = 1_000_000
 GOODPUT_1G = 957e6
 EXAMPLES = ("compatible-pair", "incompatible-pair", "three-jobs", "leaf-spine", "dctcp-pair",
-            "model-parallel", "compatible-pair-ecn")
+            "model-parallel", "compatible-pair-droptail")
 
 
 def raw_example(name: str) -> dict[str, Any]:
@@ -75,7 +75,11 @@ def test_compatible_pair_contents() -> None:
     topo = s.topology
     assert (topo.kind, topo.bottleneck_mbit, topo.host_link_mbit, topo.queue_packets,
             topo.hosts, topo.ecn_threshold_bytes, topo.gso_max_segs) == (
-        "dumbbell", 1000, 10000, 400, 4, None, None)
+        "dumbbell", 1000, 10000, 400, 4, 100_000, None)
+    # The drop-tail variant is the same pair without marking.
+    droptail = load_scenario("compatible-pair-droptail")
+    assert droptail.topology == dataclasses.replace(topo, ecn_threshold_bytes=None)
+    assert (droptail.jobs, droptail.schemes) == (s.jobs, s.schemes)
     for job in s.jobs:
         assert (job.compute_ms, job.bytes_per_worker, job.workers, job.iterations,
                 job.start_offset_ms, job.connections, job.collective) == (
@@ -132,6 +136,7 @@ def del_(*path: Any) -> Mutation:
 
 
 def dctcp_without_ecn(data: dict[str, Any]) -> None:
+    data["topology"].pop("ecn_threshold_bytes", None)
     data["schemes"].append({"name": "dctcp", "cc": "dctcp", "mltcp": False})
 
 
@@ -560,7 +565,7 @@ def test_compute_jitter_is_seeded_per_job_and_never_negative() -> None:
 def test_links_mark_ecn_wherever_the_topology_says_and_for_dctcp() -> None:
     from mltcp.scenario import ecn_threshold_bytes
 
-    plain = load_scenario("compatible-pair")
+    plain = load_scenario("compatible-pair-droptail")
     assert ecn_threshold_bytes(plain.topology, plain.scheme("cubic")) is None
     dctcp = Scheme("d", "dctcp", False)
     assert ecn_threshold_bytes(plain.topology, dctcp) == 30_000
