@@ -35,6 +35,13 @@ def _progress(msg: str) -> None:
 BACKENDS = ("netns", "fluid", "ns3", "dcqcn")
 
 
+def _nominal_duration_s(scenario: Scenario) -> float:
+    """The longest job's start offset plus its iterations of compute alone: a lower
+    bound of the simulated time a run needs, for the progress line."""
+    return max(j.start_offset_ms / 1e3 + j.iterations * sum(p.compute_ms for p in j.phase_list())
+               / 1e3 for j in scenario.jobs)
+
+
 def _planned_runs(scenario: Scenario, seeds: Sequence[int],
                   dedicated: bool) -> list[tuple[str, Scheme, int, str | None]]:
     """(file stem, scheme, seed, only_job) of every run, in the order they execute."""
@@ -94,8 +101,16 @@ def run_scenario(scenario_ref: str, out_dir: str | Path, schemes: Sequence[str] 
         from mltcp.dcqcn import simulate as dcqcn
 
         run_many = fluid.run_many if backend == "fluid" else dcqcn.run_many
-        traces = run_many([fluid.Run(scheduled[scheme.name][0], scheme, seed, only)
-                           for _, scheme, seed, only in planned])
+        runs = [fluid.Run(scheduled[scheme.name][0], scheme, seed, only)
+                for _, scheme, seed, only in planned]
+        horizon = max(_nominal_duration_s(r.scenario) for r in runs)
+
+        def advanced(simulated_s: float) -> None:
+            _progress(f"{scenario.name} / {backend} model: all {len(runs)} runs at "
+                      f"{simulated_s:.2f} s simulated (of ~{horizon:.1f} s), "
+                      f"{time.monotonic() - started:.0f} s wall")
+
+        traces = run_many(runs, progress=advanced)
         for done, ((stem, *_), trace) in enumerate(zip(planned, traces, strict=True), 1):
             save(done, stem, trace)
     elif backend == "ns3" and parallel > 1:

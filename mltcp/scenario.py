@@ -31,6 +31,7 @@ from typing import Any, Literal, TypeVar
 
 from mltcp.aggressiveness import PRESETS, Aggressiveness
 from mltcp.budget import Collective, JobDescription, parse_bytes
+from mltcp.dcqcn.policy import Mode
 from mltcp.errors import SpecError
 
 CC_NAMES = ("reno", "cubic", "dctcp")
@@ -65,10 +66,12 @@ _JOB_KEYS = (
 )
 _PHASE_KEYS = ("compute_ms", "share")
 MAX_PHASES = 16
-_F_KEYS = ("slope", "intercept", "cap")
+_F_KEYS = ("slope", "intercept", "cap", "dcqcn_mode")
 _SCHEME_KEYS = ("name", "cc", "mltcp", *_F_KEYS, "schedule")
 # Centralized schedules a scheme can apply before its jobs start ("none": start as specified).
 SCHEDULES = ("none", "cassini")
+# How the dcqcn backend puts a scheme's F on DCQCN: the tuner's policy modes.
+DCQCN_MODES = tuple(mode.value for mode in Mode)
 
 _MISSING: Any = object()
 
@@ -403,6 +406,9 @@ class Scheme:
     With ``mltcp`` false, slope/intercept/cap are 0/1/None, i.e. F == 1.
     ``schedule = "cassini"`` runs the standard algorithm after shifting the jobs'
     starts by Cassini's time-shifts (the centralized baseline, :mod:`mltcp.schedule`).
+    ``dcqcn_mode``: how F reaches a RoCE NIC's DCQCN on the ``dcqcn`` backend (the
+    tuner's policy mode, :class:`mltcp.dcqcn.policy.Mode`); None takes the tuner's
+    default.  The TCP backends ignore it, as the DCQCN backend ignores ``cc``.
     """
 
     name: str
@@ -412,6 +418,7 @@ class Scheme:
     intercept: float = 1.0
     cap: float | None = None
     schedule: str = "none"
+    dcqcn_mode: str | None = None
 
     @property
     def aggressiveness(self) -> Aggressiveness:
@@ -432,6 +439,8 @@ class Scheme:
                 out["cap"] = self.cap
         if self.schedule != "none":
             out["schedule"] = self.schedule
+        if self.dcqcn_mode is not None:
+            out["dcqcn_mode"] = self.dcqcn_mode
         return out
 
 
@@ -914,7 +923,12 @@ def _parse_scheme(raw: object, index: int) -> Scheme:
         f = Aggressiveness(t.get("slope", "", default.slope),
                            t.get("intercept", "", default.intercept), t.get("cap", "", None))
     cap = None if f.cap is None else float(f.cap)
-    return Scheme(name, cc, True, float(f.slope), float(f.intercept), cap)
+    mode = t.get("dcqcn_mode", "", None)
+    if mode is not None and mode not in DCQCN_MODES:
+        raise SpecError(t.at("dcqcn_mode"), f"unknown DCQCN policy mode {mode!r}",
+                        "use rates (scale rpg_ai_rate/rpg_hai_rate by F) or timer "
+                        "(divide rpg_time_reset by F)")
+    return Scheme(name, cc, True, float(f.slope), float(f.intercept), cap, dcqcn_mode=mode)
 
 
 # -- loading ------------------------------------------------------------------

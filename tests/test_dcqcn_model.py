@@ -9,6 +9,8 @@ knob table; bad parameters fail in one line naming the field and the fix.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -226,6 +228,27 @@ def test_a_run_does_not_depend_on_the_other_runs_of_its_batch() -> None:
                                simulate.Run(sc, DEDICATED, 1, "a")])[1]
     assert [j.to_dict() for j in batch.jobs] == [j.to_dict() for j in alone.jobs]
     assert [ln.to_dict() for ln in batch.links] == [ln.to_dict() for ln in alone.links]
+
+
+def test_a_scheme_can_name_its_own_policy_mode() -> None:
+    """dcqcn_mode = "timer" on one scheme gives, in a batch run under rates-mode
+    options, exactly the run that timer-mode options give; the other scheme stays in
+    rates mode.  The traces say which mode each run had."""
+    sc = short_pair(iterations=2)
+    timer = dataclasses.replace(sc.scheme("mltcp"), name="mltcp-timer", dcqcn_mode="timer")
+    rates, mixed = simulate.run_many([simulate.Run(sc, sc.scheme("mltcp"), 0),
+                                      simulate.Run(sc, timer, 0)],
+                                     simulate.DcqcnOptions(mode=Mode.RATES))
+    [timer_alone] = simulate.run_many([simulate.Run(sc, timer, 0)],
+                                      simulate.DcqcnOptions(mode=Mode.TIMER))
+    [rates_alone] = simulate.run_many([simulate.Run(sc, sc.scheme("mltcp"), 0)],
+                                      simulate.DcqcnOptions(mode=Mode.RATES))
+    assert [j.to_dict() for j in mixed.jobs] == [j.to_dict() for j in timer_alone.jobs]
+    assert [j.to_dict() for j in rates.jobs] == [j.to_dict() for j in rates_alone.jobs]
+    assert [j.to_dict() for j in rates.jobs] != [j.to_dict() for j in mixed.jobs]
+    assert (rates.params["dcqcn_policy"]["mode"], mixed.params["dcqcn_policy"]["mode"]) == (
+        "rates", "timer")
+    assert mixed.params["dcqcn_mode"] == "timer" and "dcqcn_mode" not in rates.params
 
 
 def test_traces_are_valid_common_traces_with_congestion_signals() -> None:

@@ -238,6 +238,9 @@ BAD_DUMBBELL: list[tuple[str, Mutation, str]] = [
     ("slope bool", set_("schemes", 2, "slope", True), "schemes[2].slope"),
     ("intercept zero", set_("schemes", 3, "intercept", 0.0), "schemes[3].intercept"),
     ("cap below intercept", set_("schemes", 3, "cap", 0.5), "schemes[3].cap"),
+    ("dcqcn mode without mltcp", set_("schemes", 0, "dcqcn_mode", "timer"),
+     "schemes[0].dcqcn_mode"),
+    ("dcqcn mode unknown", set_("schemes", 2, "dcqcn_mode", "fast"), "schemes[2].dcqcn_mode"),
 ]
 
 BAD_LEAF_SPINE: list[tuple[str, Mutation, str]] = [
@@ -536,6 +539,11 @@ def test_scheme_aggressiveness_and_module() -> None:
     assert mltcp.aggressiveness == Aggressiveness(2.0, 0.5, 2.0)
     assert (standard.module_name, mltcp.module_name) == ("cubic", "mltcp_cubic")
     assert parse_scenario(s.to_dict()) == s
+    assert mltcp.dcqcn_mode is None and "dcqcn_mode" not in mltcp.to_dict()
+    data["schemes"][2]["dcqcn_mode"] = "timer"
+    timer = parse_scenario(data)
+    assert timer.scheme("mltcp-cubic").dcqcn_mode == "timer"
+    assert parse_scenario(timer.to_dict()) == timer
 
 
 def test_scenario_is_frozen() -> None:

@@ -49,7 +49,7 @@ from mltcp.fluid import Batch, Run, build_batch, structure
 from mltcp.scenario import Scenario, Scheme, placement
 from mltcp.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace, provenance
 
-__all__ = ["DcqcnOptions", "Run", "run_many", "run_once", "tracker_f"]
+__all__ = ["DcqcnOptions", "Run", "run_many", "run_mode", "run_once", "tracker_f"]
 
 DEFAULT_SAMPLE_S = 0.01
 _nz = np.count_nonzero
@@ -244,8 +244,11 @@ class _Jobs:
         self.cap_fp = np.array([[f.cap_fp] for f in fixed], dtype=np.int64)
         self.scaled = np.array([r.scheme.mltcp for r in self.lay.runs])
         f_max = max(a.intercept + a.slope if a.cap is None else a.cap for a in aggs)
-        self.policy = DcqcnPolicy(aggs[0], mode=self.opt.mode, f_step=self.opt.f_step)
-        self.knobs = ScaledKnobs(self.policy, self.opt.params.all_knobs, max(f_max, 1.0))
+        # A scheme may name its own policy mode; the rest use the options' mode.
+        modes = np.array([Mode(run_mode(r.scheme, self.opt)) for r in self.lay.runs])
+        self.knobs = {mode: (modes == mode, ScaledKnobs(
+            DcqcnPolicy(aggs[0], mode=mode, f_step=self.opt.f_step),
+            self.opt.params.all_knobs, max(f_max, 1.0))) for mode in set(modes)}
         self.budget = np.maximum(self.lay.batch.flow_bytes, 1.0).astype(np.int64)
 
     def f_now(self) -> np.ndarray:
@@ -257,9 +260,13 @@ class _Jobs:
         """The tuner's poll in ``lanes``: F -> knobs of every queue pair."""
         if not _nz(lanes & self.scaled):
             return
-        ai, hai, timer = self.knobs.lookup(self.f_now() @ self.owner.T)
-        where = np.broadcast_to((lanes & self.scaled)[:, None], ai.shape)
-        self.model.set_increase(ai, hai, timer, where=where)
+        f = self.f_now() @ self.owner.T
+        for in_mode, knobs in self.knobs.values():
+            todo = lanes & self.scaled & in_mode
+            if _nz(todo):
+                ai, hai, timer = knobs.lookup(f)
+                self.model.set_increase(ai, hai, timer,
+                                        where=np.broadcast_to(todo[:, None], ai.shape))
 
     # -- phases ----------------------------------------------------------------------
 
@@ -461,12 +468,17 @@ def _traces(lay: _Layout, rec: _Records, opt: DcqcnOptions) -> list[Trace]:
             seed=run.seed, jobs=tuple(jobs), links=links,
             provenance={**base, "topology": run.scenario.topology.to_dict()},
             params={**run.scheme.to_dict(), "only_job": run.only_job, "rate_control": "dcqcn",
-                    "dcqcn_policy": {"mode": opt.mode.value, "f_step": opt.f_step,
+                    "dcqcn_policy": {"mode": run_mode(run.scheme, opt), "f_step": opt.f_step,
                                      "applied": run.scheme.mltcp}}))
     return out
 
 
 # --------------------------------------------------------------------------- entry points
+
+
+def run_mode(scheme: Scheme, options: DcqcnOptions) -> str:
+    """The tuner's policy mode for ``scheme``: its own ``dcqcn_mode``, else the options'."""
+    return scheme.dcqcn_mode or options.mode.value
 
 
 def run_many(runs: Sequence[Run], options: DcqcnOptions | None = None,
