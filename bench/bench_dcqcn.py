@@ -19,7 +19,7 @@ Part 2, behaviour (seeded; what the report quotes):
 
     python bench/bench_dcqcn.py --out bench/results/dcqcn.json
 
-Part 3 (``--interleave SCENARIO --mode timer [--host-link-mbit 1000]``): a scenario's
+Part 3 (``--interleave SCENARIO --mode rates [--host-link-mbit 1000]``): a scenario's
 schemes and the dedicated baseline on the dcqcn backend with the tuner in another policy
 mode than the default, or other NIC rates, as ``mltcp compare --backend dcqcn`` would
 run them (traces, report.json, table).
@@ -184,7 +184,7 @@ def event_mix() -> list[dict]:
 def interleave(scenario: str, mode: Mode, out_dir: Path, seeds: list[int] | None,
                iterations: int | None, host_link_mbit: float | None) -> str:
     """The scenario's schemes + dedicated on the dcqcn backend, with the tuner's policy
-    in ``mode`` (``mltcp compare --backend dcqcn`` runs the default, rates), optionally
+    in ``mode`` (``mltcp compare --backend dcqcn`` runs the default, timer), optionally
     with fewer iterations or other NIC rates.  Writes the traces and the report to
     ``out_dir``; returns the table."""
     import dataclasses
@@ -227,7 +227,7 @@ def main() -> None:
     ap.add_argument("--interleave", metavar="SCENARIO",
                     help="instead: run SCENARIO's schemes + dedicated with --mode, write "
                          "traces and report to --out-dir, print the table")
-    ap.add_argument("--mode", default="timer", choices=[m.value for m in Mode])
+    ap.add_argument("--mode", default="rates", choices=[m.value for m in Mode])
     ap.add_argument("--out-dir", default="bench/results/dcqcn-interleave")
     ap.add_argument("--seed", action="append", type=int)
     ap.add_argument("--iterations", type=int)

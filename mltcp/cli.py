@@ -158,9 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     fa.add_argument("--slope", type=float)
     fa.add_argument("--intercept", type=float)
     fa.add_argument("--cap", type=float)
-    dr.add_argument("--mode", default="rates", choices=["rates", "timer"],
-                    help="rates: rpg_ai_rate and rpg_hai_rate x F (default); timer: "
-                         "rpg_time_reset / F")
+    dr.add_argument("--mode", default="timer", choices=["timer", "rates"],
+                    help="timer: rpg_time_reset and rpg_byte_reset / F (default); rates: "
+                         "rpg_ai_rate and rpg_hai_rate x F")
     dr.add_argument("--f-step", type=float, default=0.125,
                     help="F is rounded to multiples of this before use (default %(default)s)")
     dr.add_argument("--base", default="current", choices=["current", "mlx5"],

@@ -241,7 +241,7 @@ def test_knob_table_is_consistent_and_sourced() -> None:
         assert any(key in k.source for key in SOURCES), k.name
     scaled = {k.name: k.scaling for k in KNOBS if k.scaling}
     assert scaled == {"rpg_ai_rate": "rates", "rpg_hai_rate": "rates",
-                      "rpg_time_reset": "timer"}
+                      "rpg_time_reset": "timer", "rpg_byte_reset": "timer"}
 
 
 def test_readme_embeds_the_knob_table() -> None:
@@ -306,35 +306,40 @@ def test_restore_file_leaves_foreign_edits_unless_forced(tmp_path: Path) -> None
 # -- policy --------------------------------------------------------------------------
 
 @pytest.mark.parametrize(
-    ("ratio", "f_q", "ai", "hai", "timer"),
+    ("ratio", "f_q", "ai", "hai", "timer", "byte"),
     [
-        (0.0, 0.25, 1, 13, 1200),     # 5*0.25 = 1.25 -> 1; 50*0.25 = 12.5 -> 13; 300/0.25
-        (0.25, 0.75, 4, 38, 400),     # F 0.6875 -> 0.75
-        (0.5, 1.125, 6, 56, 267),     # F 1.125 exactly
-        (0.75, 1.625, 8, 81, 185),    # F 1.5625 -> 1.625 (half rounds up)
-        (1.0, 2.0, 10, 100, 150),
-        (3.0, 2.0, 10, 100, 150),     # a ratio above 1 is clamped like the datapath's
+        (0.0, 0.25, 1, 13, 1200, 131_068),  # 5*0.25 = 1.25 -> 1; 50*0.25 = 12.5 -> 13; 300/0.25
+        (0.25, 0.75, 4, 38, 400, 43_689),   # F 0.6875 -> 0.75
+        (0.5, 1.125, 6, 56, 267, 29_126),   # F 1.125 exactly
+        (0.75, 1.625, 8, 81, 185, 20_164),  # F 1.5625 -> 1.625 (half rounds up)
+        (1.0, 2.0, 10, 100, 150, 16_384),   # 16383.5 rounds up
+        (3.0, 2.0, 10, 100, 150, 16_384),   # a ratio above 1 is clamped like the datapath's
     ],
 )
 def test_policy_scales_the_increase_by_f(ratio: float, f_q: float, ai: int, hai: int,
-                                         timer: int) -> None:
-    base = {"rpg_ai_rate": 5, "rpg_hai_rate": 50, "rpg_time_reset": 300}
+                                         timer: int, byte: int) -> None:
+    base = {"rpg_ai_rate": 5, "rpg_hai_rate": 50, "rpg_time_reset": 300,
+            "rpg_byte_reset": 32_767}
     rates = DcqcnPolicy(PAPER, Mode.RATES)
     assert rates.quantize(PAPER(ratio)) == f_q
     assert rates.targets(base, PAPER(ratio)) == {"rpg_ai_rate": ai, "rpg_hai_rate": hai}
     assert DcqcnPolicy(PAPER, Mode.TIMER).targets(base, PAPER(ratio)) == \
-        {"rpg_time_reset": timer}
-    standard = DcqcnPolicy(preset("mlx5-default").agg)
+        {"rpg_time_reset": timer, "rpg_byte_reset": byte}
+    # A byte counter that is off (0) stays off.
+    assert DcqcnPolicy(PAPER, Mode.TIMER).targets({**base, "rpg_byte_reset": 0},
+                                                  PAPER(ratio))["rpg_byte_reset"] == 0
+    standard = DcqcnPolicy(preset("mlx5-default").agg)       # the default mode: timer
     assert standard.targets(base, preset("mlx5-default").agg(ratio)) == \
-        {"rpg_ai_rate": 5, "rpg_hai_rate": 50}
+        {"rpg_time_reset": 300, "rpg_byte_reset": 32_767}
 
 
 def test_policy_clamps_to_the_knob_range_and_validates() -> None:
-    big = DcqcnPolicy(Aggressiveness(slope=0.0, intercept=4.0))
+    big = DcqcnPolicy(Aggressiveness(slope=0.0, intercept=4.0), Mode.RATES)
     assert big.targets({"rpg_ai_rate": 300_000, "rpg_hai_rate": 50}, 4.0) == \
         {"rpg_ai_rate": 400_000, "rpg_hai_rate": 200}
     fast = DcqcnPolicy(Aggressiveness(slope=0.0, intercept=64.0), Mode.TIMER)
-    assert fast.targets({"rpg_time_reset": 10}, 64.0) == {"rpg_time_reset": 1}
+    assert fast.targets({"rpg_time_reset": 10, "rpg_byte_reset": 32}, 64.0) == \
+        {"rpg_time_reset": 1, "rpg_byte_reset": 1}
     assert DcqcnPolicy(PAPER, f_step=0.5).quantize(1.2) == 1.0  # hysteresis: small moves
     with pytest.raises(SpecError):
         DcqcnPolicy(PAPER, mode="cubic")  # type: ignore[arg-type]
@@ -396,21 +401,21 @@ def test_tuner_timer_mode_divides_the_increase_timer(tmp_path: Path) -> None:
 def test_mlx5_default_preset_only_ever_writes_the_defaults(tmp_path: Path) -> None:
     root = tmp_path / "root"
     make_sysfs(root)
-    knob_file(root, "rpg_ai_rate").write_text("20\n")  # a site's own tuning
+    knob_file(root, "rpg_time_reset").write_text("125\n")  # a site's own tuning
     standard = preset("mlx5-default").agg
     tuner, feed, clock = make_tuner(root, tmp_path / "state", standard)
     with tuner:  # base "current": F = 1 keeps the site's values, nothing is written
         for sent in (0, 400_000, 400_000, 400_000):
             poll(tuner, feed, clock, sent)
-        assert tuner.changes == [] and values(root, "rpg_ai_rate") == [20]
+        assert tuner.changes == [] and values(root, "rpg_time_reset") == [125]
     feed, clock = Feed(), Clock()
     config = TunerConfig(budget=1_000_000, policy=DcqcnPolicy(standard), base="mlx5")
     with Tuner(probe(root, IFACE), feed, config, tmp_path / "state/eth0.json",
                clock=clock, log=lambda _: None) as tuner:
         for sent in (0, 400_000, 400_000, 400_000):
             poll(tuner, feed, clock, sent)
-        assert [(c.knob, c.new) for c in tuner.changes] == [("rpg_ai_rate", 5)]
-    assert values(root, "rpg_ai_rate") == [20]  # and back to the site's value on exit
+        assert [(c.knob, c.new) for c in tuner.changes] == [("rpg_time_reset", 300)]
+    assert values(root, "rpg_time_reset") == [125]  # and back to the site's value on exit
 
 
 def test_tuner_backs_off_a_knob_someone_else_edits(tmp_path: Path) -> None:
@@ -565,13 +570,14 @@ def _start_tuner(root: Path, counter: Path, state: Path) -> subprocess.Popen[str
 def _drive_until_tuned(proc: subprocess.Popen[str], root: Path, counter: Path,
                        snapshot: Path) -> None:
     """Feed traffic until the tuner has snapshotted and changed a knob (or has died)."""
-    ai = knob_file(root, "rpg_ai_rate")
+    timer = knob_file(root, "rpg_time_reset")
+    before = timer.read_text()
     sent = 0
     deadline = time.monotonic() + 60  # a safety stop for a hung child, not a measurement
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             pytest.fail(f"tuner exited {proc.returncode}: {proc.stdout.read()}")  # type: ignore[union-attr]
-        if snapshot.exists() and ai.read_text() != "5\n":
+        if snapshot.exists() and timer.read_text() != before:
             return
         sent += 300_000
         tmp = counter.with_suffix(".tmp")
@@ -596,7 +602,7 @@ def test_sigkill_mid_run_then_restore_puts_every_file_back(tmp_path: Path) -> No
                           IFACE, "--state-dir", str(state)],
                          cwd=REPO, capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "restored rpg_ai_rate" in out.stdout
+    assert "restored rpg_time_reset, rpg_byte_reset" in out.stdout
     assert tree(root) == before
     assert not (state / "eth0.json").exists()
 
@@ -610,6 +616,6 @@ def test_sigterm_restores_before_exiting(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGTERM)
     output, _ = proc.communicate()
     assert proc.returncode == 128 + signal.SIGTERM, output
-    assert "SIGTERM: stopping" in output and "restored rpg_ai_rate" in output
+    assert "SIGTERM: stopping" in output and "restored rpg_time_reset, rpg_byte_reset" in output
     assert tree(root) == before
     assert not (state / "eth0.json").exists()

@@ -28,7 +28,7 @@ from mltcp.scenario import (
 MB = 1_000_000
 GOODPUT_1G = 957e6
 EXAMPLES = ("compatible-pair", "incompatible-pair", "three-jobs", "leaf-spine", "dctcp-pair",
-            "model-parallel", "compatible-pair-droptail")
+            "model-parallel", "compatible-pair-droptail", "compatible-pair-roce")
 
 
 def raw_example(name: str) -> dict[str, Any]:
@@ -80,6 +80,12 @@ def test_compatible_pair_contents() -> None:
     droptail = load_scenario("compatible-pair-droptail")
     assert droptail.topology == dataclasses.replace(topo, ecn_threshold_bytes=None)
     assert (droptail.jobs, droptail.schemes) == (s.jobs, s.schemes)
+    # The RoCE variant is the same pair with the DCQCN tuner's schemes.
+    roce = load_scenario("compatible-pair-roce")
+    assert (roce.topology, roce.jobs) == (topo, s.jobs)
+    assert [(x.name, x.mltcp, x.dcqcn_mode) for x in roce.schemes] == [
+        ("dcqcn", False, None), ("mltcp-dcqcn", True, "timer"),
+        ("mltcp-dcqcn-rates", True, "rates"), ("cassini", False, None)]
     for job in s.jobs:
         assert (job.compute_ms, job.bytes_per_worker, job.workers, job.iterations,
                 job.start_offset_ms, job.connections, job.collective) == (

@@ -34,7 +34,7 @@ class LongFlows:
     start_s: tuple[float, ...] = (0.0, 0.0)
     duration_s: float = 0.05
     line_bps: float | None = None
-    mode: Mode = Mode.RATES
+    mode: Mode = Mode.TIMER
     queue_packets: int = 1000
     sample_s: float = 1e-3
 

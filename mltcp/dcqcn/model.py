@@ -204,7 +204,7 @@ class DcqcnModel:
         self.first_rate = kn["rate_to_set_on_first_cnp"] * MBPS
         self.threshold = kn["rpg_threshold"]
         self.hai_linear = params.hyper_increase == "linear"
-        self.byte_reset = float(kn["rpg_byte_reset"])
+        self.byte_counter = kn["rpg_byte_reset"] > 0   # 0 turns it off for every flow
         self.monitor_every = max(1, int(round(kn["rate_reduce_monitor_period"] * US / self.dt)))
         self.cnp_gap = kn["min_time_between_cnps"] * US
         self.clamp = bool(kn["clamp_tgt_rate"])
@@ -233,6 +233,7 @@ class DcqcnModel:
         # because 75 additions of 4e-6 s fall short of 3e-4 s.
         self.dt_ns = float(round(self.dt * 1e9))
         self.timer = np.full((n_lanes, n_flows), kn["rpg_time_reset"] * 1000.0)
+        self.byte_reset = np.full((n_lanes, n_flows), float(kn["rpg_byte_reset"]))
         # -- RP state
         self.rc = self.line.copy()
         self.rt = self.line.copy()
@@ -294,16 +295,21 @@ class DcqcnModel:
         return ~busy
 
     def set_increase(self, ai_mbps: np.ndarray, hai_mbps: np.ndarray,
-                     time_reset_us: np.ndarray, where: np.ndarray | None = None) -> None:
+                     time_reset_us: np.ndarray, byte_reset: np.ndarray | None = None,
+                     where: np.ndarray | None = None) -> None:
         """Install per-flow rate-increase knobs (what the tuner writes), (L, F) each, for
-        the flows in ``where`` (default: all).  A new timer period applies from the
-        running timer's next expiry."""
+        the flows in ``where`` (default: all).  A new timer period or byte count applies
+        from the running counter's next check; ``byte_reset`` None leaves the byte counts, and
+        a byte counter that the knobs turned off (0) stays off."""
         if where is None:
             where = np.ones(self.ai.shape, dtype=bool)
         self.ai = np.where(where, np.asarray(ai_mbps, dtype=float) * MBPS, self.ai)
         self.hai = np.where(where, np.asarray(hai_mbps, dtype=float) * MBPS, self.hai)
         self.timer = np.where(where, np.asarray(time_reset_us, dtype=float) * 1000.0,
                               self.timer)
+        if byte_reset is not None and self.byte_counter:
+            self.byte_reset = np.where(where, np.maximum(np.asarray(byte_reset, dtype=float),
+                                                         1.0), self.byte_reset)
 
     def flush(self, flows: np.ndarray) -> None:
         """Count what is left of ``flows`` (L, F) in the queues as delivered: the jobs
@@ -444,7 +450,7 @@ class DcqcnModel:
         self.timer_acc += self.dt_ns if active is None else self.dt_ns * active[:, None]
         self.byte_acc += sent
         due = self.timer_acc >= self.timer
-        if self.byte_reset:
+        if self.byte_counter:
             due |= self.byte_acc >= self.byte_reset
         due &= self.limited
         if _nz(due):
@@ -476,7 +482,7 @@ class DcqcnModel:
         lim = self.limited
         n_t = np.floor(self.timer_acc / self.timer) * lim
         self.timer_acc -= n_t * self.timer
-        if self.byte_reset:
+        if self.byte_counter:
             n_b = np.floor(self.byte_acc / self.byte_reset) * lim
             self.byte_acc -= n_b * self.byte_reset
         else:

@@ -234,7 +234,7 @@ class ScaledKnobs:
     get, bit for bit, the values the tuner would write.
     """
 
-    SCALED = ("rpg_ai_rate", "rpg_hai_rate", "rpg_time_reset")
+    SCALED = ("rpg_ai_rate", "rpg_hai_rate", "rpg_time_reset", "rpg_byte_reset")
 
     def __init__(self, policy: DcqcnPolicy, baseline: Mapping[str, int], f_max: float) -> None:
         if not math.isfinite(f_max) or f_max <= 0:
@@ -250,9 +250,10 @@ class ScaledKnobs:
             table[k] = [values[n] for n in self.SCALED]
         self.table = table
 
-    def lookup(self, f: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(rpg_ai_rate Mb/s, rpg_hai_rate Mb/s, rpg_time_reset us) at each F."""
+    def lookup(self, f: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(rpg_ai_rate Mb/s, rpg_hai_rate Mb/s, rpg_time_reset us, rpg_byte_reset bytes)
+        at each F."""
         k = np.clip(np.floor(np.asarray(f) / self.policy.f_step + 0.5), 1,
                     len(self.table) - 1).astype(int)
         row = self.table[k]
-        return row[..., 0], row[..., 1], row[..., 2]
+        return row[..., 0], row[..., 1], row[..., 2], row[..., 3]

@@ -4,15 +4,23 @@ The design's rule for DCQCN is that the *rate increase* grows F times faster whi
 multiplicative decrease on CNPs stays standard. The firmware offers two equivalent
 handles, and both are offered as modes:
 
-* ``rates`` (default): the additive and hyper increase steps ``rpg_ai_rate`` and
+* ``timer`` (default): both sources of increase events are divided by F, the rate-increase
+  timer ``rpg_time_reset`` and the byte counter ``rpg_byte_reset`` (left off where it
+  is 0), so increase events come F times as often, fast recovery included. The timer
+  is the knob the MLTCP thesis turned by hand (its testbed's DCQCN timer, 125 -> 100 us,
+  made one job more aggressive, section 3.2); the byte counter must follow it, or a
+  flow's byte-driven events (every 32 KB by default, ~0.3 ms at 1 Gbit/s) keep coming
+  at the standard pace and F below 1 cannot hold a starting job back.
+* ``rates``: the additive and hyper increase steps ``rpg_ai_rate`` and
   ``rpg_hai_rate`` are multiplied by F. The increase events keep their pace; each one
   adds F times more rate.
-* ``timer``: the rate-increase timer ``rpg_time_reset`` is divided by F, so increase
-  events come F times as often. This is the knob the MLTCP thesis turned by hand (its
-  testbed's DCQCN timer, 125 -> 100 us, made one job more aggressive, section 3.2).
-  Increase events also come from the byte counter (``rpg_byte_reset``), which this mode
-  leaves alone, so it is weaker for fast flows: prefer ``rates`` unless the byte counter
-  is off.
+
+Timer mode is the default because it is the one that moves bandwidth: every increase
+event takes a rate halfway back to its target whatever F is, and with CNP cuts every
+few tens of microseconds restarting the counters, a flow sees few events, so scaling
+their size (rates) barely moves shares while scaling their number does (the DCQCN
+model, ``rdma/README.md``: on the compatible pair rates mode stays at 1.36x the
+dedicated iteration time, timer mode reaches ~1.06x).
 
 F is quantised to multiples of ``f_step`` before it is applied. F grows continuously
 while an iteration's bytes go out; without the quantisation every poll would issue a
@@ -88,7 +96,7 @@ class DcqcnPolicy:
     """Knob targets for a given F."""
 
     agg: Aggressiveness
-    mode: Mode = Mode.RATES
+    mode: Mode = Mode.TIMER
     f_step: float = DEFAULT_F_STEP
 
     def __post_init__(self) -> None:
@@ -117,7 +125,9 @@ class DcqcnPolicy:
         """The value of knob ``name`` at (already quantised) F, clamped to its range."""
         k = KNOB_BY_NAME[name]
         value = base * f_q if k.scaling is Scaling.RATES else base / f_q
-        return min(k.max, max(k.min, _round_half_up(value)))
+        # A period or byte count that is on stays on (>= 1): 0 would turn it off.
+        floor = max(k.min, 1) if base > 0 else k.min
+        return min(k.max, max(floor, _round_half_up(value)))
 
     def targets(self, baseline: Mapping[str, int], f: float) -> dict[str, int]:
         """Every knob of this mode at F (quantised here)."""

@@ -65,7 +65,7 @@ class DcqcnOptions:
     """
 
     params: ModelParams = field(default_factory=ModelParams)
-    mode: Mode = Mode.RATES
+    mode: Mode = Mode.TIMER
     f_step: float = DEFAULT_F_STEP
     poll_s: float = DEFAULT_POLL_NS / 1e9
     sample_s: float = DEFAULT_SAMPLE_S
@@ -264,8 +264,8 @@ class _Jobs:
         for in_mode, knobs in self.knobs.values():
             todo = lanes & self.scaled & in_mode
             if _nz(todo):
-                ai, hai, timer = knobs.lookup(f)
-                self.model.set_increase(ai, hai, timer,
+                ai, hai, timer, byte_reset = knobs.lookup(f)
+                self.model.set_increase(ai, hai, timer, byte_reset,
                                         where=np.broadcast_to(todo[:, None], ai.shape))
 
     # -- phases ----------------------------------------------------------------------
