@@ -47,6 +47,7 @@ import numpy as np
 
 from mltcp.errors import SpecError
 from mltcp.graph import NetworkGraph, directed_id, graph_for, ring_flow_path, ring_link_ids
+from mltcp.jobphases import JobPhases
 from mltcp.scenario import (
     JobPhase,
     Scenario,
@@ -207,34 +208,22 @@ def _weighted_max_min(weight: np.ndarray, incidence: np.ndarray | _Routing,
     return rate
 
 
-class _Simulation:
+class _Simulation(JobPhases):
     """The state of every lane, and the two things that change it: the flows move
     until the next event (:meth:`advance`), and jobs change phase (:meth:`settle`)."""
 
     def __init__(self, batch: Batch, opt: FluidOptions, record_links: bool) -> None:
         self.b, self.opt = batch, opt
         n_lanes, n_jobs = batch.lanes, len(batch.job_names)
-        self.n_phases = batch.phase_compute.shape[2]
         self.member = np.zeros((len(batch.flow_job), n_jobs))
         self.member[np.arange(len(batch.flow_job)), batch.flow_job] = 1.0
         n_iter = max(int(batch.iterations.max(initial=0)), 1)
         shape = (n_lanes, n_jobs, n_iter)
         self.result = BatchResult(
             *(np.full(shape, np.nan) for _ in range(4)),
-            *(np.full((*shape, self.n_phases), np.nan) for _ in range(2)))
-        self.lane_idx = np.arange(n_lanes)[:, None].repeat(n_jobs, axis=1)
-        self.job_idx = np.arange(n_jobs)[None, :].repeat(n_lanes, axis=0)
+            *(np.full((*shape, batch.phase_compute.shape[2]), np.nan) for _ in range(2)))
         self.t = np.zeros(n_lanes)
-        self.running = batch.iterations > 0          # (L, J) job has iterations left
-        self.it = np.zeros((n_lanes, n_jobs), dtype=int)
-        self.phase = np.zeros((n_lanes, n_jobs), dtype=int)
-        self.computing = self.running.copy()
-        self.jitter = (batch.jitter if batch.jitter is not None
-                       else np.zeros((n_lanes, n_jobs, n_iter)))
-        self.compute_end = np.where(self.running, batch.start + batch.phase_compute[:, :, 0]
-                                    + self.jitter[:, :, 0], np.inf)
-        self._record("start", self.running, batch.start)
-        self.communicating = np.zeros((n_lanes, n_jobs), dtype=bool)
+        self._init_phases(batch)
         self.rem = np.zeros_like(batch.flow_bytes)
         self.sent = np.zeros_like(batch.flow_bytes)
         self.tol = batch.flow_bytes * _REL_TOL + 1e-6
@@ -252,14 +241,11 @@ class _Simulation:
             self.result.link_times.append(self.t.copy())
             self.result.link_bytes.append(self.link_cum.copy())
 
-    def _record(self, what: str, mask: np.ndarray, values: np.ndarray) -> None:
-        """result.<what>[lane, job, current iteration] = values, where mask."""
-        getattr(self.result, what)[self.lane_idx[mask], self.job_idx[mask],
-                                   self.it[mask]] = values[mask]
+    def _clock(self) -> np.ndarray:
+        return self.t
 
-    def _record_phase(self, what: str, mask: np.ndarray) -> None:
-        li, ji = self.lane_idx[mask], self.job_idx[mask]
-        getattr(self.result, what)[li, ji, self.it[mask], self.phase[mask]] = self.t[li]
+    def _recorder(self) -> BatchResult:
+        return self.result
 
     def _flows_of(self, jobs: np.ndarray) -> np.ndarray:
         """(L, F) mask of the flows of the jobs in the (L, J) mask."""
@@ -278,35 +264,14 @@ class _Simulation:
             if finished.any():
                 self._finish_phase(finished, now)
             if due.any():
-                self.computing &= ~due
-                self.communicating |= due
-                self._record("comm_start", due & (self.phase == 0), np.broadcast_to(
-                    now, due.shape))
-                self._record_phase("phase_start", due)
-                frac = np.take_along_axis(b.phase_fraction, self.phase[:, :, None], 2)[:, :, 0]
+                frac = self._begin_phases(b, due, now)
                 self.rem = np.where(self._flows_of(due), b.flow_bytes * frac[:, b.flow_job],
                                     self.rem)
 
     def _finish_phase(self, finished: np.ndarray, now: np.ndarray) -> None:
-        b = self.b
-        self.communicating &= ~finished
-        self._record_phase("phase_end", finished)
-        last = finished & (self.phase == self.n_phases - 1)
-        times = np.broadcast_to(now, last.shape)
-        self._record("comm_end", last, times)
-        self._record("end", last, times)
-        self.it = self.it + last
-        self.running &= ~(last & (self.it >= b.iterations))
-        nxt = finished & self.running                   # next phase, or next iteration
-        self.phase = np.where(last, 0, np.where(finished, self.phase + 1, self.phase))
-        self._record("start", nxt & last, times)
+        last = self._end_phases(self.b, finished, now)
+        # A new iteration: bytes_ratio starts again from 0.
         self.sent = np.where(self._flows_of(last & self.running), 0.0, self.sent)
-        comp = np.take_along_axis(b.phase_compute, self.phase[:, :, None], 2)[:, :, 0]
-        k = np.minimum(self.it, self.jitter.shape[2] - 1)[:, :, None]
-        comp = comp + np.where(self.phase == 0, np.take_along_axis(self.jitter, k, 2)[:, :, 0],
-                               0.0)
-        self.compute_end = np.where(nxt, now + comp, self.compute_end)
-        self.computing |= nxt
 
     def advance(self) -> bool:
         """Move every lane to its next event; False when no lane has one left."""

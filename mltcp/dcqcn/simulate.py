@@ -46,6 +46,7 @@ from mltcp.dcqcn.policy import DEFAULT_F_STEP, DcqcnPolicy, Mode
 from mltcp.dcqcn.tuner import DEFAULT_POLL_NS
 from mltcp.errors import SpecError
 from mltcp.fluid import Batch, Run, build_batch, structure
+from mltcp.jobphases import JobPhases
 from mltcp.scenario import Scenario, Scheme, placement
 from mltcp.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace, provenance
 
@@ -196,18 +197,18 @@ class _Records:
     snaps: list[list[tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]]
 
 
-class _Jobs:
+class _Jobs(JobPhases):
     """Phases of every job of every lane over one :class:`DcqcnModel`."""
 
     def __init__(self, lay: _Layout, opt: DcqcnOptions) -> None:
         self.lay, self.opt, b = lay, opt, lay.batch
         self.model = DcqcnModel(lay.fabric, opt.params)
         n_lanes, n_jobs = b.iterations.shape
-        self.n_phases = b.phase_compute.shape[2]
         n_iter = max(int(b.iterations.max(initial=0)), 1)
         shape = (n_lanes, n_jobs, n_iter)
         self.rec = _Records(*(np.full(shape, np.nan) for _ in range(4)),
-                            *(np.full((*shape, self.n_phases), np.nan) for _ in range(2)),
+                            *(np.full((*shape, b.phase_compute.shape[2]), np.nan)
+                              for _ in range(2)),
                             snaps=[[] for _ in range(n_lanes)])
         self.member = lay.member                                 # (Q, J)
         self.member_b = self.member > 0
@@ -217,17 +218,7 @@ class _Jobs:
         self.inflight = np.zeros_like(lay.qp_bytes)              # sent, not delivered
         self.tx = np.zeros((n_lanes, len(b.flow_job)))           # wire bytes sent, per worker
         self.done_tol = self.model.pkt / 2
-        self.lane_idx = np.arange(n_lanes)[:, None].repeat(n_jobs, axis=1)
-        self.job_idx = np.arange(n_jobs)[None, :].repeat(n_lanes, axis=0)
-        self.running = b.iterations > 0
-        self.it = np.zeros((n_lanes, n_jobs), dtype=int)
-        self.phase = np.zeros((n_lanes, n_jobs), dtype=int)
-        self.computing = self.running.copy()
-        self.communicating = np.zeros_like(self.running)
-        self.jitter = b.jitter if b.jitter is not None else np.zeros(shape)
-        self.compute_end = np.where(self.running, b.start + b.phase_compute[:, :, 0]
-                                    + self.jitter[:, :, 0], np.inf)
-        self._record("start", self.running, b.start)
+        self._init_phases(b)
         self.live = self.running.any(axis=1)
         self.comm_lane = np.zeros(n_lanes, dtype=bool)
         self._init_f()
@@ -270,13 +261,11 @@ class _Jobs:
 
     # -- phases ----------------------------------------------------------------------
 
-    def _record(self, what: str, mask: np.ndarray, values: np.ndarray) -> None:
-        getattr(self.rec, what)[self.lane_idx[mask], self.job_idx[mask],
-                                self.it[mask]] = values[mask]
+    def _clock(self) -> np.ndarray:
+        return self.model.t
 
-    def _record_phase(self, what: str, mask: np.ndarray) -> None:
-        li, ji = self.lane_idx[mask], self.job_idx[mask]
-        getattr(self.rec, what)[li, ji, self.it[mask], self.phase[mask]] = self.model.t[li]
+    def _recorder(self) -> _Records:
+        return self.rec
 
     def _qps_of(self, jobs: np.ndarray) -> np.ndarray:
         return (jobs.astype(float) @ self.member.T) > 0
@@ -299,12 +288,7 @@ class _Jobs:
                 self._finish(finished, now)
             if n_due:
                 self.compute_end = np.where(due, np.inf, self.compute_end)
-                self.computing &= ~due
-                self.communicating |= due
-                self._record("comm_start", due & (self.phase == 0),
-                             np.broadcast_to(now, due.shape))
-                self._record_phase("phase_start", due)
-                frac = np.take_along_axis(b.phase_fraction, self.phase[:, :, None], 2)[:, :, 0]
+                frac = self._begin_phases(b, due, now)
                 qps = self._qps_of(due)
                 self.want = np.where(qps, self.lay.qp_bytes * self.wire
                                      * (frac @ self.member.T), self.want)
@@ -313,27 +297,10 @@ class _Jobs:
             self.comm_lane = self.communicating.any(axis=1)
 
     def _finish(self, finished: np.ndarray, now: np.ndarray) -> None:
-        b = self.lay.batch
         leftover = self._qps_of(finished)
         self.model.flush(leftover)
         self.inflight = np.where(leftover, 0.0, self.inflight)
-        self.communicating &= ~finished
-        self._record_phase("phase_end", finished)
-        last = finished & (self.phase == self.n_phases - 1)
-        times = np.broadcast_to(now, last.shape)
-        self._record("comm_end", last, times)
-        self._record("end", last, times)
-        self.it = self.it + last
-        self.running &= ~(last & (self.it >= b.iterations))
-        nxt = finished & self.running
-        self.phase = np.where(last, 0, np.where(finished, self.phase + 1, self.phase))
-        self._record("start", nxt & last, times)
-        comp = np.take_along_axis(b.phase_compute, self.phase[:, :, None], 2)[:, :, 0]
-        k = np.minimum(self.it, self.jitter.shape[2] - 1)[:, :, None]
-        comp = comp + np.where(self.phase == 0, np.take_along_axis(self.jitter, k, 2)[:, :, 0],
-                               0.0)
-        self.compute_end = np.where(nxt, now + comp, self.compute_end)
-        self.computing |= nxt
+        self._end_phases(self.lay.batch, finished, now)
         self.live = self.running.any(axis=1)
 
     # -- time ------------------------------------------------------------------------
