@@ -18,10 +18,11 @@
  *    moves epoch_start (F - 1) jiffies back (with a carried fraction).
  * Both speed-ups are bounded by CUBIC's own ceiling: the kernel never lets
  * the window grow by more than one segment per two ACKed (cnt >= 2, i.e. x1.5
- * per round trip), and MLTCP-CUBIC keeps that ceiling per ACK (a growth
- * credit of one half-segment per ACKed segment, at most one segment carried).  Without it an
- * F of 5 grew the window ~x3.5 per round trip, faster than one ECN or loss
- * signal per round can rein in, and the flows lost thousands of packets.
+ * per round trip), and MLTCP-CUBIC keeps that ceiling per ACK (a growth credit
+ * of one half-segment per ACKed segment, at most one segment carried).
+ * Without it an F of 5 grew the window ~x3.5 per round trip, faster than one
+ * ECN or loss signal per round can rein in, and the flows lost thousands of
+ * packets.
  * The curve's shape, HyStart, fast convergence and beta are untouched.  With
  * F = 1 (no job, disabled or stale config) the calls are exactly the kernel's.
  * mltcp_repair() (a workaround for a kernel fault, see mltcp.h) runs before

@@ -446,6 +446,24 @@ def forget_markers(keys: list[maps.MarkerKey]) -> None:
     remove_unused_pins()
 
 
+def forget_stale_markers() -> list[maps.MarkerKey]:
+    """Drop markers whose network namespace is gone (a killed run's fabric, deleted by
+    ``mltcp testbed clean``): their devices and tc filters went with it, but their map
+    entries would keep the marker's pins alive.  Returns the keys it dropped."""
+    from mltcp.netns import NETNS_DIR, list_netns, netns_cookie
+
+    if not maps.pin_path("mltcp_markers").exists():
+        return []
+    live = {netns_cookie(None)}
+    for name in list_netns():
+        with contextlib.suppress(OSError):   # a namespace deleted meanwhile
+            live.add(netns_cookie(str(Path(NETNS_DIR) / name)))
+    with maps.PinnedMap("mltcp_markers") as mm:
+        stale = [k for k in mm.keys(maps.MarkerKey) if k.netns_cookie not in live]
+    forget_markers(stale)
+    return stale
+
+
 # -- cleanup -----------------------------------------------------------------------------
 
 def _markers_in_use() -> bool:

@@ -269,7 +269,8 @@ def job_driver_pids(orphans_only: bool = True) -> list[int]:
 
 
 def clean() -> list[str]:
-    """Remove leftovers of killed runs: job drivers, namespaces, testbed jobs (and rules)."""
+    """Remove leftovers of killed runs: job drivers, namespaces, testbed jobs (and rules),
+    ECN markers of the removed namespaces."""
     import os
     import signal
 
@@ -286,4 +287,6 @@ def clean() -> list[str]:
             if name.startswith(JOB_PREFIX):
                 jobs.detach(name)
                 removed.append(f"job {name}")
+    removed += [f"ECN marker of interface {key.ifindex} in a removed namespace"
+                for key in datapath.forget_stale_markers()]
     return removed

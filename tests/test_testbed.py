@@ -114,6 +114,8 @@ def test_a_killed_run_takes_its_drivers_along_and_clean_removes_the_rest(clean_d
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "namespace mltcp-" in proc.stdout and "job tb-a-w0" in proc.stdout
+    # compatible-pair marks ECN: the killed run's markers went with its namespaces.
+    assert "ECN marker of interface" in proc.stdout
     _no_leftovers()
     datapath.unload(["reno"])              # the killed run had loaded it
     # The drivers' sockets were reset, not orphaned: nothing keeps the module alive.
