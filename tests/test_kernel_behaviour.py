@@ -200,12 +200,15 @@ def _share_of_the_job_ahead(lab, job, cc: str, slope: float, trial: int) -> floa
 
 @pytest.mark.parametrize("cc", ["reno", "cubic"])
 def test_job_further_into_its_iteration_gets_the_larger_share(lab, job, cc):
-    """slope 4 (F from 1 to 5) against slope 0 (fair), five trials each, senders swapped.
+    """slope 4 (F from 1 to 5) against slope 0 (fair), seven trials each, senders swapped,
+    the two kinds alternating so that a busy spell of this shared host hits both.
     Measured: reno 0.62-0.65 vs 0.47-0.54, cubic 0.64-0.81 vs 0.48-0.57; a trial that
     hits a retransmission timeout can fall to ~0.49 and a "fair" one on a busy host rise
-    to ~0.85, hence the median of five."""
-    mltcp = [_share_of_the_job_ahead(lab, job, cc, 4.0, t) for t in range(5)]
-    fair = [_share_of_the_job_ahead(lab, job, cc, 0.0, t) for t in range(5)]
+    to ~0.85 (five trials in a row once gave medians 0.60 vs 0.57), hence the medians."""
+    mltcp, fair = [], []
+    for t in range(7):
+        mltcp.append(_share_of_the_job_ahead(lab, job, cc, 4.0, t))
+        fair.append(_share_of_the_job_ahead(lab, job, cc, 0.0, t))
     assert statistics.median(mltcp) > 0.56, (mltcp, fair)
     assert statistics.median(mltcp) > statistics.median(fair) + 0.05, (mltcp, fair)
 
