@@ -926,8 +926,8 @@ def _parse_scheme(raw: object, index: int) -> Scheme:
     mode = t.get("dcqcn_mode", "", None)
     if mode is not None and mode not in DCQCN_MODES:
         raise SpecError(t.at("dcqcn_mode"), f"unknown DCQCN policy mode {mode!r}",
-                        "use rates (scale rpg_ai_rate/rpg_hai_rate by F) or timer "
-                        "(divide rpg_time_reset by F)")
+                        "use timer (divide rpg_time_reset and rpg_byte_reset by F) or "
+                        "rates (scale rpg_ai_rate/rpg_hai_rate by F)")
     return Scheme(name, cc, True, float(f.slope), float(f.intercept), cap, dcqcn_mode=mode)
 
 
