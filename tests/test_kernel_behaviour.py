@@ -216,10 +216,12 @@ def test_job_further_into_its_iteration_gets_the_larger_share(lab, job, cc):
 def test_iteration_accounting_is_exact_and_budget_is_learned(lab, job):
     per_iter, iters = 20_000_000, 6
     pattern = ["--iterations", str(iters), "--bytes-per-iteration", str(per_iter),
-               "--compute-ms", "50"]
-    # gap 20 ms: well below the 50 ms compute, above the few-ms stalls of a Python sink
-    # on a busy 2-core host (a stalled receiver empties the pipe just like compute does).
-    rec = job("exact", "cubic", budget=per_iter, gap_ms=20)
+               "--compute-ms", "400"]
+    # gap 300 ms: well below the 400 ms compute, above a retransmission timeout (200 ms
+    # minimum) and the few-ms stalls of a Python sink on a busy 2-core host.  A shorter
+    # gap (20 ms) once split an iteration 33 KB before its end: its tail was lost and
+    # came after a timeout, a silence like compute.
+    rec = job("exact", "cubic", budget=per_iter, gap_ms=300)
     run_senders(lab, [Sender(lab.senders[0], PORT, "cubic", pattern, conns=2)], lab.receivers[0])
     st = job_state(rec.id)
     assert st.iteration == iters          # every iteration wrapped exactly once
@@ -228,7 +230,7 @@ def test_iteration_accounting_is_exact_and_budget_is_learned(lab, job):
     assert per_iter * iters <= st.total_bytes <= per_iter * iters + 2  # + FIN per connection
     jobs.detach("exact")
 
-    rec = job("learner", "cubic", learn=True, gap_ms=20)
+    rec = job("learner", "cubic", learn=True, gap_ms=300)
     assert jobs.refresh() == {}
     run_senders(lab, [Sender(lab.senders[0], PORT, "cubic", pattern, conns=2)], lab.receivers[0])
     st = job_state(rec.id)
