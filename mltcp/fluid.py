@@ -440,17 +440,23 @@ def build_batch(runs: Sequence[Run], structs: Sequence[_Structure] | None = None
     return batch, structs
 
 
+def sample_intervals(times: np.ndarray, cum: np.ndarray,
+                     sample_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """A link's periodic samples from a cumulative byte count at event times: the sample
+    times (every ``sample_s`` up to the last event) and the bytes of each interval
+    before them (the count interpolated between events).  Shared by the models."""
+    end = float(times[-1]) if len(times) else 0.0
+    grid = np.arange(sample_s, end + sample_s / 2, sample_s)
+    at = np.interp(grid, times, cum) if len(grid) else grid
+    return grid, at - np.concatenate([[0.0], at[:-1]])
+
+
 def _link_samples(times: np.ndarray, cum: np.ndarray, sample_s: float,
                   efficiency: float) -> list[LinkSample]:
     """Periodic samples from the cumulative payload bytes at event times (the link's
     throughput counts frames, like a queue's byte counter: payload / efficiency)."""
-    end = float(times[-1]) if len(times) else 0.0
-    grid = np.arange(sample_s, end + sample_s / 2, sample_s)
-    if len(grid) == 0:
-        return []
-    at = np.interp(grid, times, cum)
-    prev = np.concatenate([[0.0], at[:-1]])
-    bps = (at - prev) * 8 / sample_s / efficiency
+    grid, sent = sample_intervals(times, cum, sample_s)
+    bps = sent * 8 / sample_s / efficiency
     return [LinkSample(t=float(g), throughput_bps=float(max(b, 0.0)), queue_bytes=0,
                        ecn_marks=0, drops=0) for g, b in zip(grid, bps, strict=True)]
 

@@ -45,7 +45,7 @@ from mltcp.dcqcn.modelparams import QUEUE_SLOT_BYTES, ModelParams, ScaledKnobs
 from mltcp.dcqcn.policy import DEFAULT_F_STEP, DcqcnPolicy, Mode
 from mltcp.dcqcn.tuner import DEFAULT_POLL_NS
 from mltcp.errors import SpecError
-from mltcp.fluid import Batch, Run, build_batch, structure
+from mltcp.fluid import Batch, Run, build_batch, sample_intervals, structure
 from mltcp.jobphases import JobPhases
 from mltcp.scenario import Scenario, Scheme, placement
 from mltcp.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace, provenance
@@ -385,18 +385,12 @@ def _link_samples(snaps: list, k: int, sample_s: float) -> list[LinkSample]:
     """Periodic samples from the snapshots: throughput from the cumulative wire bytes,
     queue/marks/drops as of the last snapshot at or before each sample time."""
     times = np.array([s[0] for s in snaps])
-    cum = np.array([s[1][k] for s in snaps])
-    end = float(times[-1]) if len(times) else 0.0
-    grid = np.arange(sample_s, end + sample_s / 2, sample_s)
-    if len(grid) == 0:
-        return []
-    at = np.interp(grid, times, cum)
-    prev = np.concatenate([[0.0], at[:-1]])
+    grid, sent = sample_intervals(times, np.array([s[1][k] for s in snaps]), sample_s)
     idx = np.searchsorted(times, grid + 1e-12, side="right") - 1
     out = []
-    for g, a, p, i in zip(grid, at, prev, idx, strict=True):
+    for g, b, i in zip(grid, sent, idx, strict=True):
         _, _, queue, marks, drops = snaps[max(i, 0)]
-        out.append(LinkSample(t=float(g), throughput_bps=float(max(a - p, 0.0) * 8 / sample_s),
+        out.append(LinkSample(t=float(g), throughput_bps=float(max(b, 0.0) * 8 / sample_s),
                               queue_bytes=int(queue[k]), ecn_marks=int(marks[k]),
                               drops=int(drops[k])))
     return out
