@@ -124,6 +124,7 @@ def test_bytes_ratio_and_f_follow_the_iteration_tracker() -> None:
     (lambda: simulate.DcqcnOptions(f_step=0.0), "f_step"),
     (lambda: simulate.DcqcnOptions(poll_s=0), "poll_s"),
     (lambda: LongFlows(f=(1.0,), start_s=(0.0, 0.0)), "f"),
+    (lambda: LongFlows(mode="fast"), "mode"),
 ])
 def test_bad_parameters_fail_in_one_line_naming_field_and_fix(build, field: str) -> None:
     with pytest.raises(SpecError) as err:

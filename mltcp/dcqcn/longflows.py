@@ -59,11 +59,9 @@ class LongFlows:
         if self.line_bps is not None and not self.line_bps > 0:
             raise SpecError("line_bps", f"{self.line_bps!r} is not positive",
                             "give the NIC rate in bit/s, or None for the link's")
-        try:
-            object.__setattr__(self, "mode", Mode(self.mode))
-        except ValueError:
-            raise SpecError("mode", f"unknown mode {self.mode!r}",
-                            "use rates (scale AI/HAI) or timer (scale rpg_time_reset)") from None
+        # The policy's own check of the mode (one message for every caller).
+        object.__setattr__(self, "mode", DcqcnPolicy(Aggressiveness(0.0, 1.0),
+                                                     mode=self.mode).mode)
 
 
 @dataclass(frozen=True)

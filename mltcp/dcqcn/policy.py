@@ -104,8 +104,8 @@ class DcqcnPolicy:
             object.__setattr__(self, "mode", Mode(self.mode))
         except ValueError:
             raise SpecError("mode", f"unknown mode {self.mode!r}",
-                            "use rates (scale rpg_ai_rate/rpg_hai_rate) or timer "
-                            "(scale rpg_time_reset)") from None
+                            "use timer (divide rpg_time_reset and rpg_byte_reset by F) "
+                            "or rates (scale rpg_ai_rate/rpg_hai_rate by F)") from None
         step = self.f_step
         if isinstance(step, bool) or not isinstance(step, int | float) \
                 or not 1 / 1024 <= step <= 1:
