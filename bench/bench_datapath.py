@@ -24,9 +24,10 @@ import sys
 import time
 from pathlib import Path
 
-from mltcp import __version__, datapath, jobs, maps
-from mltcp.labrun import Sender, run_senders, start_sink
-from mltcp.netns import BottleneckSpec, Dumbbell
+from mltcp import __version__
+from mltcp.host import datapath, jobs, maps
+from mltcp.lab.emulation.labrun import Sender, run_senders, start_sink
+from mltcp.lab.emulation.netns import BottleneckSpec, Dumbbell
 
 PORT_PLAIN, PORT_JOB_F1, PORT_JOB_LIVE = 7100, 7101, 7102
 VARIANTS = {

@@ -35,13 +35,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+from mltcp.lab.models.dcqcn import simulate
 
-from mltcp.dcqcn import simulate
-from mltcp.dcqcn.longflows import LongFlows, run_long_flows
-from mltcp.dcqcn.modelparams import ModelParams
-from mltcp.dcqcn.policy import Mode
-from mltcp.scenario import parse_scenario
-from mltcp.trace import provenance
+from mltcp.core.dcqcn.policy import Mode
+from mltcp.lab.models.dcqcn.longflows import LongFlows, run_long_flows
+from mltcp.lab.models.dcqcn.params import ModelParams
+from mltcp.lab.scenario import parse_scenario
+from mltcp.lab.trace import provenance
 
 LANES = (1, 8, 32, 128)
 SEEDS = (0, 1, 2)
@@ -189,10 +189,10 @@ def interleave(scenario: str, mode: Mode, out_dir: Path, seeds: list[int] | None
     ``out_dir``; returns the table."""
     import dataclasses
 
-    from mltcp.report import build_report, table
-    from mltcp.runner import _planned_runs
-    from mltcp.scenario import load_scenario
-    from mltcp.schedule import apply_schedule
+    from mltcp.lab.report import build_report, table
+    from mltcp.lab.runner import _planned_runs
+    from mltcp.lab.scenario import load_scenario
+    from mltcp.lab.schedule import apply_schedule
 
     sc = load_scenario(scenario)
     if iterations:

@@ -29,9 +29,10 @@ import statistics
 import time
 from pathlib import Path
 
-from mltcp import fluid, metrics
-from mltcp.scenario import load_scenario
-from mltcp.trace import provenance
+from mltcp.lab import metrics
+from mltcp.lab.models import fluid
+from mltcp.lab.scenario import load_scenario
+from mltcp.lab.trace import provenance
 
 LANES = (1, 10, 100, 1000, 5000)
 F_STEPS = (0, fluid.DEFAULT_F_STEPS)
@@ -121,7 +122,7 @@ def two_core_rates(rounds: int, lanes: int) -> list[dict]:
 
 
 def cassini_times(rounds: int) -> list[dict]:
-    from mltcp import cassini
+    from mltcp.lab import cassini
 
     rows = []
     for n in CASSINI_JOBS:

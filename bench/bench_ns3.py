@@ -21,9 +21,9 @@ import statistics
 import time
 from pathlib import Path
 
-from mltcp.ns3sim.backend import run_once
-from mltcp.scenario import Scheme, load_scenario
-from mltcp.trace import provenance
+from mltcp.lab.ns3.backend import run_once
+from mltcp.lab.scenario import Scheme, load_scenario
+from mltcp.lab.trace import provenance
 
 CCS = ("reno", "cubic", "dctcp")
 # Per congestion control: ns-3's class, the MLTCP class with F == 1 (the very same

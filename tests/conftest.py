@@ -24,7 +24,7 @@ def missing_bpf_capability() -> str | None:
     """Why real-kernel eBPF tests cannot run here, or None."""
     if os.geteuid() != 0:
         return "needs root (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN) to load eBPF"
-    from mltcp import datapath
+    from mltcp.host import datapath
 
     caps = datapath.effective_caps()
     if not caps >> datapath.CAP_BPF & 1:
@@ -43,7 +43,7 @@ def bpf_host():
     why = missing_bpf_capability()
     if why:
         pytest.skip(why)
-    from mltcp import datapath, jobs
+    from mltcp.host import datapath, jobs
 
     foreign = [c for c in datapath.available_ccs() if c.startswith("mltcp_")]
     if foreign and not datapath.maps.PIN_ROOT.exists():
@@ -59,7 +59,7 @@ def bpf_host():
 @pytest.fixture
 def clean_datapath(bpf_host):
     """Each test starts and ends with nothing of mltcp in the kernel."""
-    from mltcp import datapath, jobs
+    from mltcp.host import datapath, jobs
 
     yield
     jobs.Registry().clear()

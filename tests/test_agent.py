@@ -13,10 +13,10 @@ import urllib.request
 
 import pytest
 
-from mltcp import datapath, jobs, maps, telemetry
-from mltcp.agent import Agent
-from mltcp.aggressiveness import FP_ONE
-from mltcp.errors import SpecError
+from mltcp.core.aggressiveness import FP_ONE
+from mltcp.core.errors import SpecError
+from mltcp.host import datapath, jobs, maps, telemetry
+from mltcp.host.agent import Agent
 
 pytestmark = pytest.mark.kernel
 

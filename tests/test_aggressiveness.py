@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from mltcp.aggressiveness import (
+from mltcp.core.aggressiveness import (
     FP_ONE,
     FP_SHIFT,
     PRESETS,
@@ -15,7 +15,7 @@ from mltcp.aggressiveness import (
     preset,
     scale_acked,
 )
-from mltcp.errors import SpecError
+from mltcp.core.errors import SpecError
 
 
 def test_constants() -> None:

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from mltcp.aggressiveness import MAX_BUDGET_BYTES
-from mltcp.budget import BudgetLearner, Collective, JobDescription, parse_bytes
-from mltcp.errors import SpecError
+from mltcp.core.aggressiveness import MAX_BUDGET_BYTES
+from mltcp.core.budget import BudgetLearner, Collective, JobDescription, parse_bytes
+from mltcp.core.errors import SpecError
 
 MB = 1_000_000
 

@@ -12,8 +12,9 @@ import warnings
 import numpy as np
 import pytest
 
-from mltcp import cassini
-from mltcp.cassini import (
+from mltcp.core.errors import SpecError
+from mltcp.lab import cassini
+from mltcp.lab.cassini import (
     AffinityGraph,
     CassiniLoopWarning,
     JobDemand,
@@ -29,7 +30,6 @@ from mltcp.cassini import (
     time_shifts,
     unified_perimeter_ms,
 )
-from mltcp.errors import SpecError
 
 C = 1000.0  # link capacity, Mbit/s
 

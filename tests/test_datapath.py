@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from mltcp import datapath, maps
-from mltcp.errors import MltcpError, SpecError
+from mltcp.core.errors import MltcpError, SpecError
+from mltcp.host import datapath, maps
 
 pytestmark = pytest.mark.kernel
 

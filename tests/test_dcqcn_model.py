@@ -13,14 +13,17 @@ import dataclasses
 
 import numpy as np
 import pytest
+from mltcp.lab.models.dcqcn import simulate
 
-from mltcp import metrics
-from mltcp.aggressiveness import Aggressiveness
-from mltcp.dcqcn import simulate
-from mltcp.dcqcn.knobs import KNOB_BY_NAME
-from mltcp.dcqcn.longflows import LongFlows, run_long_flows
-from mltcp.dcqcn.model import DcqcnModel, Fabric
-from mltcp.dcqcn.modelparams import (
+from mltcp.core.aggressiveness import Aggressiveness
+from mltcp.core.dcqcn.knobs import KNOB_BY_NAME
+from mltcp.core.dcqcn.policy import DcqcnPolicy, Mode
+from mltcp.core.errors import SpecError
+from mltcp.core.iteration import IterationTracker
+from mltcp.lab import metrics
+from mltcp.lab.models.dcqcn.longflows import LongFlows, run_long_flows
+from mltcp.lab.models.dcqcn.model import DcqcnModel, Fabric
+from mltcp.lab.models.dcqcn.params import (
     MBPS,
     MODEL_KNOBS,
     US,
@@ -28,12 +31,9 @@ from mltcp.dcqcn.modelparams import (
     ModelParams,
     ScaledKnobs,
 )
-from mltcp.dcqcn.policy import DcqcnPolicy, Mode
-from mltcp.errors import SpecError
-from mltcp.iteration import IterationTracker
-from mltcp.runner import BACKENDS, run_scenario
-from mltcp.scenario import DEDICATED, Scenario, Scheme, parse_scenario
-from mltcp.trace import Trace, load_trace
+from mltcp.lab.runner import BACKENDS, run_scenario
+from mltcp.lab.scenario import DEDICATED, Scenario, Scheme, parse_scenario
+from mltcp.lab.trace import Trace, load_trace
 
 
 def short_pair(iterations: int, seeds: tuple[int, ...] = (0,), queue_packets: int = 400,

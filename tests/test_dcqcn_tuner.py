@@ -18,27 +18,27 @@ from pathlib import Path
 
 import pytest
 
-from mltcp.aggressiveness import Aggressiveness
 from mltcp.cli import main as cli_main
-from mltcp.dcqcn.backends import (
+from mltcp.core.aggressiveness import Aggressiveness
+from mltcp.core.dcqcn.knobs import KNOB_BY_NAME, KNOBS, SOURCES, markdown_table
+from mltcp.core.dcqcn.policy import DcqcnPolicy, Mode, preset
+from mltcp.core.errors import CapabilityError, SpecError
+from mltcp.core.iteration import IterationTracker
+from mltcp.host.dcqcn.backends import (
     DryRunBackend,
     MlnxSysfsBackend,
     Mlx5DebugfsBackend,
     probe,
 )
-from mltcp.dcqcn.counters import (
+from mltcp.host.dcqcn.counters import (
     DeltaSampler,
     EthtoolCounter,
     FileCounter,
     counter_from_spec,
     parse_ethtool_stats,
 )
-from mltcp.dcqcn.knobs import KNOB_BY_NAME, KNOBS, SOURCES, markdown_table
-from mltcp.dcqcn.policy import DcqcnPolicy, Mode, preset
-from mltcp.dcqcn.snapshot import StateFile, load, restore, restore_file
-from mltcp.dcqcn.tuner import IterationStatus, Tuner, TunerConfig
-from mltcp.errors import CapabilityError, SpecError
-from mltcp.iteration import IterationTracker
+from mltcp.host.dcqcn.snapshot import StateFile, load, restore, restore_file
+from mltcp.host.dcqcn.tuner import IterationStatus, Tuner, TunerConfig
 
 REPO = Path(__file__).resolve().parent.parent
 IFACE = "eth0"

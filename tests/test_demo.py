@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from mltcp import datapath
+from mltcp.host import datapath
 
 
 def _demo(*args: str, **kw) -> subprocess.CompletedProcess[str]:
@@ -57,9 +57,9 @@ def test_demo_compares_every_scheme_with_dedicated(clean_datapath, tmp_path):
     """The default demo is the compare: every scheme plus each job alone, then the table."""
     from importlib import resources
 
-    from mltcp.demo import DEFAULT_SCENARIO, run_compare_demo
+    from mltcp.lab.demo import DEFAULT_SCENARIO, run_compare_demo
 
-    text = (resources.files("mltcp") / "scenarios" / f"{DEFAULT_SCENARIO}.toml").read_text()
+    text = (resources.files("mltcp.lab") / "scenarios" / f"{DEFAULT_SCENARIO}.toml").read_text()
     short = (text.replace("iterations = 40", "iterations = 3")
              .replace("bottleneck_mbit = 1000", "bottleneck_mbit = 300"))
     assert short.count("iterations = 3") == 2

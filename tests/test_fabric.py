@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from mltcp import fabric
-from mltcp.jobdriver import DriverSpec, WorkerSpec, run_job
-from mltcp.netns import list_netns
+from mltcp.host.namespaces import list_netns
+from mltcp.lab.emulation import fabric
+from mltcp.lab.emulation.jobdriver import DriverSpec, WorkerSpec, run_job
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0,
                                 reason="needs root (CAP_NET_ADMIN) to create network namespaces")

@@ -9,10 +9,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from mltcp import fluid, metrics
-from mltcp.errors import SpecError
-from mltcp.graph import graph_for, ring_link_ids
-from mltcp.scenario import Scheme, load_scenario, placement
+from mltcp.core.errors import SpecError
+from mltcp.lab import metrics
+from mltcp.lab.graph import graph_for, ring_link_ids
+from mltcp.lab.models import fluid
+from mltcp.lab.scenario import Scheme, load_scenario, placement
 
 CAP = 1e6          # payload bytes/s of the hand-made link
 
@@ -234,7 +235,7 @@ def _jittered(name: str, sigma: float):
 
 
 def test_compute_jitter_adds_the_drawn_noise_exactly() -> None:
-    from mltcp.scenario import compute_jitter_ms
+    from mltcp.lab.scenario import compute_jitter_ms
 
     sc = _jittered("compatible-pair", 10.0)
     alone = fluid.run_once(sc, sc.scheme("cubic"), seed=4, only_job="a").job("a")
@@ -247,7 +248,7 @@ def test_compute_jitter_adds_the_drawn_noise_exactly() -> None:
 def test_under_noise_mltcp_holds_the_interleaving_that_cassini_only_sets() -> None:
     # Cassini shifts the starts once; per-iteration noise then random-walks the phases
     # back into each other.  MLTCP pushes overlapping phases apart every iteration.
-    from mltcp.schedule import apply_schedule
+    from mltcp.lab.schedule import apply_schedule
 
     sc = _jittered("compatible-pair", 10.0)
     shifted, _ = apply_schedule(sc, sc.scheme("cassini"))

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from mltcp.aggressiveness import FP_ONE, Aggressiveness, FixedAggressiveness
-from mltcp.budget import BudgetLearner
-from mltcp.errors import SpecError
-from mltcp.iteration import HISTORY_LEN, IterationTracker
+from mltcp.core.aggressiveness import FP_ONE, Aggressiveness, FixedAggressiveness
+from mltcp.core.budget import BudgetLearner
+from mltcp.core.errors import SpecError
+from mltcp.core.iteration import HISTORY_LEN, IterationTracker
 
 MSS = 1448
 ITER_BYTES = 10_000_000  # 6906 full segments + one of 112 bytes

@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 
-from mltcp import datapath, jobs, maps, telemetry
-from mltcp.aggressiveness import FP_ONE
-from mltcp.errors import MltcpError, SpecError
+from mltcp.core.aggressiveness import FP_ONE
+from mltcp.core.errors import MltcpError, SpecError
+from mltcp.host import datapath, jobs, maps, telemetry
 
 pytestmark = pytest.mark.kernel
 

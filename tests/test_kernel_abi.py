@@ -1,4 +1,4 @@
-"""The ctypes mirrors in mltcp.maps match the C structs byte for byte.
+"""The ctypes mirrors in mltcp.host.maps match the C structs byte for byte.
 
 Sizes and member offsets are read from the BTF that clang emits into the
 compiled object, so a change on one side without the other fails here.
@@ -13,8 +13,8 @@ import subprocess
 
 import pytest
 
-from mltcp import maps
-from mltcp.build import build_object, kernel_source_dir
+from mltcp.host import maps
+from mltcp.host.build import build_object, kernel_source_dir
 from tests.conftest import missing_bpf_capability
 
 pytestmark = pytest.mark.skipif(missing_bpf_capability() is not None,
@@ -66,8 +66,8 @@ def test_abi_version_matches_header():
 
 
 def test_fixed_point_constants_match_header():
-    from mltcp import aggressiveness
-    from mltcp.iteration import IterationTracker
+    from mltcp.core import aggressiveness
+    from mltcp.core.iteration import IterationTracker
 
     header = (kernel_source_dir() / "mltcp.h").read_text()
     shift = int(re.search(r"#define MLTCP_FP_SHIFT (\d+)", header).group(1))

@@ -22,9 +22,10 @@ import uuid
 
 import pytest
 
-from mltcp import datapath, flowstats, jobs, maps, telemetry
-from mltcp.labrun import Sender, run_senders, start_sink
-from mltcp.netns import BottleneckSpec, Dumbbell
+from mltcp.host import datapath, jobs, maps, telemetry
+from mltcp.lab.emulation import flowstats
+from mltcp.lab.emulation.labrun import Sender, run_senders, start_sink
+from mltcp.lab.emulation.netns import BottleneckSpec, Dumbbell
 
 pytestmark = pytest.mark.kernel
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from mltcp import metrics as m
-from mltcp.errors import SpecError
-from mltcp.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace
+from mltcp.core.errors import SpecError
+from mltcp.lab import metrics as m
+from mltcp.lab.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace
 
 
 def job(name: str, comms: list[tuple[float, float]], links: tuple[str, ...] = ("L",),

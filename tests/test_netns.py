@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from mltcp.errors import CapabilityError, SpecError
-from mltcp.netns import (
+from mltcp.core.errors import CapabilityError, SpecError
+from mltcp.lab.emulation.netns import (
     BottleneckSpec,
     Dumbbell,
     NetnsError,
@@ -50,7 +50,7 @@ MB20 = 20_000_000
 
 
 def traffic(*args: str) -> list[str]:
-    return [sys.executable, "-m", "mltcp.traffic", *args]
+    return [sys.executable, "-m", "mltcp.lab.emulation.traffic", *args]
 
 
 def ours() -> list[str]:
@@ -240,7 +240,7 @@ def test_half_built_dumbbell_is_removed() -> None:
 def test_sigterm_cleans_up() -> None:
     tag = f"{OUR_PREFIX}sigterm"
     code = (
-        "import sys, time; from mltcp.netns import Dumbbell\n"
+        "import sys, time; from mltcp.lab.emulation.netns import Dumbbell\n"
         f"d = Dumbbell(n_senders=1, prefix={tag!r})\n"
         "print('ready', flush=True); time.sleep(60)\n"
     )

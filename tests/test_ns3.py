@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from mltcp.aggressiveness import Aggressiveness
-from mltcp.errors import CapabilityError, SpecError
-from mltcp.iteration import IterationTracker
-from mltcp.scenario import JobPhase, Scheme, load_scenario, placement
+from mltcp.core.aggressiveness import Aggressiveness
+from mltcp.core.errors import CapabilityError, SpecError
+from mltcp.core.iteration import IterationTracker
+from mltcp.lab.scenario import JobPhase, Scheme, load_scenario, placement
 
 HAVE_CPPYY = importlib.util.find_spec("cppyy") is not None
 HAVE_NS3 = HAVE_CPPYY and importlib.util.find_spec("ns") is not None
@@ -59,7 +59,7 @@ def test_cpp_tracker_matches_the_python_reference_event_for_event(seed: int) -> 
             st.last_iter_bytes, st.total_bytes, st.f_fp)
         assert list(cpp.history) == st.history
     frac = cppyy.gbl.std.vector["unsigned long"]([0])
-    from mltcp.aggressiveness import scale_acked
+    from mltcp.core.aggressiveness import scale_acked
     py_frac = 0
     for acked, f_fp in [(3, 98_304), (1, 70_000), (45, 65_536), (2, 131_071)]:
         expect, py_frac = scale_acked(acked, f_fp, py_frac)
@@ -81,7 +81,7 @@ TEST_BUDGET_S = 240.0     # a hung worker fails its test in minutes, not half an
 
 def _runs(jobs: list[tuple]) -> list:
     """Run one after the other (two compiling workers at once were seen to hang)."""
-    from mltcp.ns3sim.backend import run_once
+    from mltcp.lab.ns3.backend import run_once
 
     return [run_once(*a, budget_s=TEST_BUDGET_S) for a in jobs]
 
@@ -143,7 +143,7 @@ def test_f_above_one_grows_faster_in_congestion_avoidance() -> None:
 
 
 def test_backend_says_what_it_needs_without_ns3(monkeypatch) -> None:
-    from mltcp.ns3sim import backend
+    from mltcp.lab.ns3 import backend
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(CapabilityError, match=r"mltcp\[ns3\]"):
@@ -151,7 +151,7 @@ def test_backend_says_what_it_needs_without_ns3(monkeypatch) -> None:
 
 
 def test_phase_bytes_add_up_exactly() -> None:
-    from mltcp.ns3sim.worker import phase_bytes
+    from mltcp.lab.ns3.worker import phase_bytes
 
     job = load_scenario("model-parallel").jobs[0]
     assert phase_bytes(job) == [5_000_000, 5_000_000]
@@ -167,7 +167,7 @@ def _two_spines(seed_range: range = range(50)):
     leaves with two phases over two connections per worker, and a seed whose ECMP
     draw sends at least one flow over the second spine (so global routing's first
     path would be wrong)."""
-    from mltcp.graph import graph_for, ring_flow_path
+    from mltcp.lab.graph import graph_for, ring_flow_path
 
     sc = load_scenario("leaf-spine")
     topo = dataclasses.replace(sc.topology, spines=2, host_link_mbit=100,
@@ -190,7 +190,7 @@ def test_leaf_spine_flows_take_their_ecmp_paths_and_phases_are_recorded() -> Non
     """Each ring flow crosses exactly the spine that ring_flow_path drew for this seed
     (the fluid model's path); a model-parallel iteration records both phases, each
     after its compute, with the barrier between them."""
-    from mltcp.graph import directed_id
+    from mltcp.lab.graph import directed_id
 
     sc, seed, graph, paths = _two_spines()
     (trace,) = _runs([(sc, sc.scheme("cubic"), seed)])
@@ -214,7 +214,7 @@ def test_leaf_spine_flows_take_their_ecmp_paths_and_phases_are_recorded() -> Non
 
 
 def test_simulated_time_limit_covers_the_worst_case() -> None:
-    from mltcp.ns3sim.backend import max_sim_seconds
+    from mltcp.lab.ns3.backend import max_sim_seconds
 
     sc = load_scenario("compatible-pair")
     # 40 iterations of 120 ms compute + both jobs' 20 MB at 1 Gbit/s = 11.2 s, doubled.
@@ -225,8 +225,8 @@ def test_simulated_time_limit_covers_the_worst_case() -> None:
 def test_a_run_over_its_wall_clock_budget_is_killed(monkeypatch) -> None:
     import subprocess
 
-    from mltcp.errors import MltcpError
-    from mltcp.ns3sim import backend
+    from mltcp.core.errors import MltcpError
+    from mltcp.lab.ns3 import backend
 
     started = []
 
@@ -251,7 +251,7 @@ def test_a_sweep_runs_ns3_points_and_their_dedicated_runs_on_dask(tmp_path) -> N
     under MLTCP with slope 0 (F == 1) is bit-identical to its dedicated run under
     standard cubic, so the ratio is exactly 1."""
     pytest.importorskip("distributed", reason="the sweep extra (dask) is not installed")
-    from mltcp import sweep
+    from mltcp.lab import sweep
 
     sc = _small()
     sc = dataclasses.replace(sc, jobs=sc.jobs[:1])

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from mltcp.aggressiveness import Aggressiveness
-from mltcp.budget import Collective
-from mltcp.errors import SpecError
-from mltcp.scenario import (
+from mltcp.core.aggressiveness import Aggressiveness
+from mltcp.core.budget import Collective
+from mltcp.core.errors import SpecError
+from mltcp.lab.scenario import (
     Scenario,
     Scheme,
     list_examples,
@@ -33,7 +33,7 @@ EXAMPLES = ("compatible-pair", "incompatible-pair", "three-jobs", "leaf-spine", 
 
 def raw_example(name: str) -> dict[str, Any]:
     """The example as tomllib reads it: the input form, with strings like "10MB"."""
-    text = resources.files("mltcp").joinpath("scenarios", f"{name}.toml").read_text()
+    text = resources.files("mltcp.lab").joinpath("scenarios", f"{name}.toml").read_text()
     return tomllib.loads(text)
 
 
@@ -63,7 +63,7 @@ def test_example_loads_and_round_trips(name: str) -> None:
 
 
 def test_load_by_path_equals_load_by_name(tmp_path: Path) -> None:
-    text = resources.files("mltcp").joinpath("scenarios", "three-jobs.toml").read_text()
+    text = resources.files("mltcp.lab").joinpath("scenarios", "three-jobs.toml").read_text()
     path = tmp_path / "mine.toml"
     path.write_text(text)
     assert load_scenario(path) == load_scenario(str(path)) == load_scenario("three-jobs")
@@ -428,7 +428,7 @@ def test_toml_syntax_error(tmp_path: Path) -> None:
 
 def test_validation_error_from_file_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "bad.toml"
-    text = resources.files("mltcp").joinpath("scenarios", "compatible-pair.toml").read_text()
+    text = resources.files("mltcp.lab").joinpath("scenarios", "compatible-pair.toml").read_text()
     path.write_text(text.replace("compute_ms = 120", "compute_ms = 0", 1))
     with pytest.raises(SpecError) as caught:
         load_scenario(path)
@@ -542,7 +542,7 @@ def test_scheme_aggressiveness_and_module() -> None:
     standard, mltcp = s.scheme("cubic"), s.scheme("mltcp-cubic")
     assert standard.aggressiveness == Aggressiveness(0.0, 1.0)
     assert standard.aggressiveness(1.0) == 1.0
-    assert mltcp.aggressiveness == Aggressiveness(2.0, 0.5, 2.0)
+    assert mltcp.core.aggressiveness == Aggressiveness(2.0, 0.5, 2.0)
     assert (standard.module_name, mltcp.module_name) == ("cubic", "mltcp_cubic")
     assert parse_scenario(s.to_dict()) == s
     assert mltcp.dcqcn_mode is None and "dcqcn_mode" not in mltcp.to_dict()
@@ -559,7 +559,7 @@ def test_scenario_is_frozen() -> None:
 
 
 def test_compute_jitter_is_seeded_per_job_and_never_negative() -> None:
-    from mltcp.scenario import compute_jitter_ms
+    from mltcp.lab.scenario import compute_jitter_ms
 
     data = dumbbell()
     for job in data["jobs"]:
@@ -577,7 +577,7 @@ def test_compute_jitter_is_seeded_per_job_and_never_negative() -> None:
 
 
 def test_links_mark_ecn_wherever_the_topology_says_and_for_dctcp() -> None:
-    from mltcp.scenario import ecn_threshold_bytes
+    from mltcp.lab.scenario import ecn_threshold_bytes
 
     plain = load_scenario("compatible-pair-droptail")
     assert ecn_threshold_bytes(plain.topology, plain.scheme("cubic")) is None

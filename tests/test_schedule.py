@@ -8,10 +8,11 @@ import json
 
 import pytest
 
-from mltcp import fluid, metrics, runner
-from mltcp.graph import graph_for
-from mltcp.scenario import Scheme, load_scenario, placement
-from mltcp.schedule import apply_schedule, cassini_plan, job_demand
+from mltcp.lab import metrics, runner
+from mltcp.lab.graph import graph_for
+from mltcp.lab.models import fluid
+from mltcp.lab.scenario import Scheme, load_scenario, placement
+from mltcp.lab.schedule import apply_schedule, cassini_plan, job_demand
 
 CASSINI = Scheme("cassini", "cubic", False, schedule="cassini")
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from mltcp import sweep
-from mltcp.errors import SpecError
+from mltcp.core.errors import SpecError
+from mltcp.lab import sweep
 
 
 def test_parse_grid_and_seeds() -> None:

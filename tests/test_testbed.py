@@ -11,11 +11,13 @@ from importlib import resources
 
 import pytest
 
-from mltcp import datapath, jobs, maps, metrics, testbed
-from mltcp.errors import MltcpError, SpecError
-from mltcp.netns import list_netns
-from mltcp.scenario import load_scenario
-from mltcp.trace import load_trace
+from mltcp.core.errors import MltcpError, SpecError
+from mltcp.host import datapath, jobs, maps
+from mltcp.host.namespaces import list_netns
+from mltcp.lab import metrics
+from mltcp.lab.emulation import testbed
+from mltcp.lab.scenario import load_scenario
+from mltcp.lab.trace import load_trace
 
 pytestmark = pytest.mark.kernel
 
@@ -92,7 +94,7 @@ def _drivers() -> list[int]:
 
 def test_a_killed_run_takes_its_drivers_along_and_clean_removes_the_rest(clean_datapath,
                                                                          tmp_path):
-    text = (resources.files("mltcp") / "scenarios" / "compatible-pair.toml").read_text()
+    text = (resources.files("mltcp.lab") / "scenarios" / "compatible-pair.toml").read_text()
     spec = tmp_path / "long.toml"
     spec.write_text(text.replace("bottleneck_mbit = 1000", "bottleneck_mbit = 300"))
     assert _drivers() == []
@@ -199,7 +201,7 @@ def test_model_parallel_phases_are_refused_before_anything_is_built():
 
 def test_compute_jitter_is_the_seeded_sequence(clean_datapath):
     """The job driver sleeps compute + the jitter every backend draws for this seed."""
-    from mltcp.scenario import compute_jitter_ms
+    from mltcp.lab.scenario import compute_jitter_ms
 
     sc = short("compatible-pair", iterations=4)
     sc = dataclasses.replace(sc, jobs=tuple(dataclasses.replace(j, compute_jitter_ms=30.0)

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mltcp import trace as tr
-from mltcp.errors import SpecError
-from mltcp.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace
+from mltcp.core.errors import SpecError
+from mltcp.lab import trace as tr
+from mltcp.lab.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace
 
 
 def sample_trace() -> Trace:
@@ -154,7 +154,7 @@ def test_provenance_keys() -> None:
     assert p["ns3"] == "3.40" and p["hostname"] == "remote"    # extra wins
     assert re.fullmatch(r"[0-9a-f]{40}|unknown", p["git_sha"])
     assert p["time_utc"].endswith("+00:00")
-    repo = Path(tr.__file__).resolve().parent.parent
+    repo = Path(tr.__file__).resolve().parents[2]
     head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
                           text=True, check=False)
     top = subprocess.run(["git", "-C", str(repo), "rev-parse", "--show-toplevel"],

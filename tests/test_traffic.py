@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from mltcp.errors import SpecError
-from mltcp.traffic import (
+from mltcp.core.errors import SpecError
+from mltcp.lab.emulation.traffic import (
     SendConfig,
     TcpInfo,
     _size_arg,
@@ -38,7 +38,7 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def traffic(*args: str) -> list[str]:
-    return [sys.executable, "-m", "mltcp.traffic", *args]
+    return [sys.executable, "-m", "mltcp.lab.emulation.traffic", *args]
 
 
 @pytest.fixture

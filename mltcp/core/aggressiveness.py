@@ -1,0 +1,218 @@
+"""The aggressiveness function F and its Q16.16 fixed-point twin.
+
+MLTCP multiplies a flow's window growth on every ACK by
+``F(bytes_ratio) = intercept + slope * clamp(bytes_ratio, 0, 1)`` (optionally capped).
+A job that has already sent most of its iteration's bytes grows faster, so jobs that
+share a link drift apart until their communication phases interleave.
+
+The kernel has no floating point, so it evaluates F in Q16.16 fixed point. The float
+:class:`Aggressiveness` is what users configure; :class:`FixedAggressiveness` is what
+the eBPF program receives, and :meth:`FixedAggressiveness.f_fixed` and
+:func:`scale_acked` are the *exact* integer operations the kernel performs. Keeping them
+here lets the tests pin the kernel's arithmetic down bit for bit.
+
+Ranges are bounded so that the kernel's u64 arithmetic cannot overflow: a budget of at
+most 2**40 bytes shifted left by 16 is below 2**56, and slope_fp * ratio_fp is at most
+2**22 * 2**16 = 2**38.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from mltcp.core.errors import SpecError
+
+FP_SHIFT = 16
+FP_ONE = 1 << FP_SHIFT
+_FP_MASK = FP_ONE - 1
+MAX_BUDGET_BYTES = 1 << 40
+
+MAX_SLOPE = 64.0
+MAX_INTERCEPT = 64.0
+MAX_CAP = 128.0
+
+
+def _is_real(value: object) -> bool:
+    """True for int/float but not bool, which is an int subclass yet never a sane F."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_finite(field: str, value: object, example: str) -> float:
+    try:
+        number = float(value) if _is_real(value) else math.nan  # type: ignore[arg-type]
+    except OverflowError:  # an int too large for a float
+        number = math.inf
+    if not math.isfinite(number):
+        raise SpecError(field, f"must be a finite number (got {value!r})", example)
+    return number
+
+
+def _check_non_negative(**values: int) -> None:
+    for field, value in values.items():
+        if value < 0:
+            raise SpecError(field, f"must be >= 0 (got {value})", "pass a non-negative integer")
+
+
+@dataclass(frozen=True)
+class FixedAggressiveness:
+    """F in Q16.16 fixed point, exactly as the eBPF program stores and evaluates it.
+
+    ``cap_fp == 0`` means "no cap", because the kernel map has no room for None.
+    """
+
+    slope_fp: int
+    intercept_fp: int
+    cap_fp: int = 0
+
+    def __post_init__(self) -> None:
+        # Validated here too because the kernel map may be filled from these directly.
+        for name in ("slope_fp", "intercept_fp", "cap_fp"):
+            if not _is_int(getattr(self, name)):
+                raise SpecError(
+                    name, f"must be an integer (got {getattr(self, name)!r})",
+                    "build it with Aggressiveness(...).to_fixed()",
+                )
+        if not 0 <= self.slope_fp <= int(MAX_SLOPE) * FP_ONE:
+            raise SpecError(
+                "slope_fp", f"must be in [0, {int(MAX_SLOPE) * FP_ONE}] (got {self.slope_fp})",
+                "use a slope between 0 and 64",
+            )
+        if not 1 <= self.intercept_fp <= int(MAX_INTERCEPT) * FP_ONE:
+            raise SpecError(
+                "intercept_fp",
+                f"must be in [1, {int(MAX_INTERCEPT) * FP_ONE}] (got {self.intercept_fp})",
+                "use an intercept between 1/65536 and 64",
+            )
+        if self.cap_fp != 0 and not self.intercept_fp <= self.cap_fp <= int(MAX_CAP) * FP_ONE:
+            raise SpecError(
+                "cap_fp",
+                f"must be 0 (no cap) or in [intercept_fp, {int(MAX_CAP) * FP_ONE}] "
+                f"(got {self.cap_fp})",
+                "use a cap between the intercept and 128, or no cap",
+            )
+
+    def f_fixed(self, bytes_in_iter: int, budget: int) -> int:
+        """F(bytes_in_iter / budget) in Q16.16, bit-identical to the kernel.
+
+        An unknown budget (0) yields exactly 1.0 so that the flow behaves like the
+        unmodified congestion control while the budget is still being learned.
+        """
+        _check_non_negative(bytes_in_iter=bytes_in_iter, budget=budget)
+        if budget == 0:
+            return FP_ONE
+        ratio_fp = min((bytes_in_iter << FP_SHIFT) // budget, FP_ONE)
+        f = self.intercept_fp + ((self.slope_fp * ratio_fp) >> FP_SHIFT)
+        if self.cap_fp and f > self.cap_fp:
+            f = self.cap_fp
+        return f
+
+
+@dataclass(frozen=True)
+class Aggressiveness:
+    """User-facing F: ``intercept + slope * clamp(ratio, 0, 1)``, then ``min(cap)``.
+
+    The defaults (slope 1, intercept 1) double the growth rate by the end of an
+    iteration, which is the MLTCP paper's linear choice.
+    """
+
+    slope: float = 1.0
+    intercept: float = 1.0
+    cap: float | None = None
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Reject parameters the kernel cannot represent or that would stall a flow."""
+        slope = _check_finite("slope", self.slope, "use a number such as --slope 1.0")
+        if slope < 0:
+            raise SpecError(
+                "slope", f"must be >= 0 (got {slope:g})",
+                "use a non-negative slope, e.g. --slope 1.0",
+            )
+        if slope > MAX_SLOPE:
+            raise SpecError(
+                "slope", f"must be <= {MAX_SLOPE:g} (got {slope:g})",
+                "use a slope of at most 64, e.g. --slope 1.0",
+            )
+        intercept = _check_finite(
+            "intercept", self.intercept, "use a number such as --intercept 1.0"
+        )
+        # Below 1/FP_ONE the intercept rounds to 0 in Q16.16 and F(0) would freeze the window.
+        if intercept <= 0 or round(intercept * FP_ONE) < 1:
+            raise SpecError(
+                "intercept", f"must be > 0 and at least 1/{FP_ONE} (got {intercept:g})",
+                "use a positive intercept, e.g. --intercept 1.0",
+            )
+        if intercept > MAX_INTERCEPT:
+            raise SpecError(
+                "intercept", f"must be <= {MAX_INTERCEPT:g} (got {intercept:g})",
+                "use an intercept of at most 64, e.g. --intercept 1.0",
+            )
+        if self.cap is None:
+            return
+        cap = _check_finite("cap", self.cap, "use a number such as --cap 2.0, or omit --cap")
+        if cap < intercept:
+            raise SpecError(
+                "cap", f"must be >= intercept {intercept:g} (got {cap:g})",
+                f"use a cap of at least {intercept:g}, or omit --cap",
+            )
+        if cap > MAX_CAP:
+            raise SpecError(
+                "cap", f"must be <= {MAX_CAP:g} (got {cap:g})",
+                "use a cap of at most 128, or omit --cap",
+            )
+
+    def __call__(self, ratio: float) -> float:
+        """F at ``ratio``; the ratio is clamped because a job can overshoot its budget."""
+        f = self.intercept + self.slope * min(max(ratio, 0.0), 1.0)
+        if self.cap is not None:
+            f = min(f, self.cap)
+        return f
+
+    def to_fixed(self) -> FixedAggressiveness:
+        """Round every parameter to Q16.16; a missing cap becomes 0 (the kernel's 'no cap')."""
+        return FixedAggressiveness(
+            slope_fp=round(self.slope * FP_ONE),
+            intercept_fp=round(self.intercept * FP_ONE),
+            cap_fp=0 if self.cap is None else round(self.cap * FP_ONE),
+        )
+
+
+PRESETS: dict[str, Aggressiveness] = {
+    "default": Aggressiveness(1.0, 1.0, None),
+    # F == 1 everywhere: the flow behaves exactly like the unmodified algorithm.
+    "standard": Aggressiveness(0.0, 1.0, None),
+}
+
+
+def preset(name: str) -> Aggressiveness:
+    """Look up a preset by name, with an actionable error for a typo."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        choices = ", ".join(sorted(PRESETS))
+        raise SpecError("preset", f"unknown preset {name!r}", f"use one of: {choices}") from None
+
+
+def scale_acked(acked: int, f_fp: int, frac: int) -> tuple[int, int]:
+    """Scale ``acked`` by F, carrying the sub-byte remainder to the next ACK.
+
+    Without the carry, ``floor(acked * F)`` would lose up to one byte per ACK and a
+    flow with F slightly above 1 would grow no faster than plain TCP. Returns
+    ``(scaled_bytes, new_frac)`` where ``new_frac`` is the Q16.16 fraction to store
+    per flow; the sum of scaled bytes over many ACKs equals ``floor(total * F)``.
+    """
+    _check_non_negative(acked=acked, f_fp=f_fp)
+    if not 0 <= frac <= _FP_MASK:
+        raise SpecError(
+            "frac", f"must be in [0, {_FP_MASK}] (got {frac})",
+            "pass the fraction returned by the previous call, starting at 0",
+        )
+    s = acked * f_fp + frac
+    return s >> FP_SHIFT, s & _FP_MASK

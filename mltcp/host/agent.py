@@ -1,0 +1,92 @@
+"""The long-running control plane of a host.
+
+It keeps every job's config fresh (so the datapath's staleness fallback fires
+only when the agent is really gone), applies learned budgets, and serves the
+Prometheus metrics over HTTP.  SIGTERM/SIGINT stop it cleanly: the HTTP
+server is shut down and the configs are left to expire, which returns the
+flows to the standard algorithm after the jobs' stale timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from mltcp.host import jobs, telemetry
+
+log = logging.getLogger("mltcp.host.agent")
+
+
+class _MetricsHandler(BaseHTTPRequestHandler):
+    registry: jobs.Registry
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server API
+        if self.path not in ("/metrics", "/"):
+            self.send_error(404, "try /metrics")
+            return
+        body = telemetry.to_prometheus(telemetry.collect(self.registry)).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, fmt: str, *args: object) -> None:
+        log.debug("http: " + fmt, *args)
+
+
+class Agent:
+    def __init__(self, interval_s: float = 1.0, metrics_port: int | None = None,
+                 metrics_addr: str = "127.0.0.1", registry: jobs.Registry | None = None) -> None:
+        if not 0.05 <= interval_s <= 60:
+            from mltcp.core.errors import SpecError
+
+            raise SpecError("interval", f"{interval_s} s out of range",
+                            "use 0.05 .. 60 s, well below the jobs' stale timeout")
+        self.interval_s = interval_s
+        self.registry = registry or jobs.Registry()
+        self.stop_event = threading.Event()
+        self.server: ThreadingHTTPServer | None = None
+        if metrics_port is not None:
+            handler = type("Handler", (_MetricsHandler,), {"registry": self.registry})
+            self.server = ThreadingHTTPServer((metrics_addr, metrics_port), handler)
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self.server.server_address[1] if self.server else None
+
+    def tick(self) -> dict[str, int]:
+        learned = jobs.refresh(self.registry)
+        for name, budget in learned.items():
+            log.info("job %s: learned budget %d bytes per iteration", name, budget)
+        return learned
+
+    def run(self) -> None:
+        """Refresh until stop() (or SIGTERM/SIGINT when run in the main thread)."""
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: self.stop())
+        http_thread = None
+        if self.server:
+            http_thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+            http_thread.start()
+            log.info("metrics on http://%s:%d/metrics", *self.server.server_address[:2])
+        try:
+            while not self.stop_event.is_set():
+                try:
+                    self.tick()
+                except Exception as exc:  # keep serving; the datapath falls back safely
+                    log.warning("refresh failed: %s", exc)
+                self.stop_event.wait(self.interval_s)
+        finally:
+            if self.server:
+                self.server.shutdown()
+                self.server.server_close()
+            if http_thread:
+                http_thread.join(timeout=5)
+            log.info("agent stopped")
+
+    def stop(self) -> None:
+        self.stop_event.set()

@@ -1,0 +1,107 @@
+"""`mltcp doctor`: can this host run MLTCP, and if not, why and how to fix it."""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+import platform
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+
+from mltcp.core.errors import MltcpError
+from mltcp.host import datapath
+from mltcp.host.build import BTF_PATH, build_object
+
+KFUNCS = (b"cubictcp_cong_avoid", b"tcp_reno_cong_avoid", b"tcp_slow_start")
+OBJECTS = ("mltcp_reno", "mltcp_cubic", "mltcp_dctcp", "mltcp_sockops", "ecn_marker")
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def _kernel_version() -> tuple[int, int]:
+    parts = platform.release().split(".")
+    return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
+
+
+def run_checks(compile_objects: bool = True) -> list[Check]:
+    checks: list[Check] = []
+    caps = datapath.effective_caps()
+    missing = [n for b, n in ((datapath.CAP_BPF, "CAP_BPF"), (datapath.CAP_NET_ADMIN,
+               "CAP_NET_ADMIN"), (datapath.CAP_SYS_ADMIN, "CAP_SYS_ADMIN")) if not caps >> b & 1]
+    checks.append(Check("privileges", not missing,
+                        "root with CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN" if not missing
+                        else f"missing {', '.join(missing)}", "run as root"))
+    major, minor = _kernel_version()
+    checks.append(Check("kernel", (major, minor) >= (5, 13), f"Linux {platform.release()}",
+                        "struct_ops congestion control with kfuncs needs Linux >= 5.13"))
+    btf = BTF_PATH.exists()
+    checks.append(Check("btf", btf, str(BTF_PATH) + (" present" if btf else " missing"),
+                        "boot a kernel built with CONFIG_DEBUG_INFO_BTF=y"))
+    if btf:
+        blob = BTF_PATH.read_bytes()
+        absent = [k.decode() for k in KFUNCS if k not in blob]
+        checks.append(Check("kfuncs", not absent,
+                            "cubictcp_*, tcp_reno_* callable from struct_ops" if not absent
+                            else f"kernel BTF lacks {', '.join(absent)}",
+                            "build the kernel with CONFIG_TCP_CONG_CUBIC=y (built in)"))
+    bpffs = subprocess.run(["mountpoint", "-q", "/sys/fs/bpf"]).returncode == 0
+    checks.append(Check("bpffs", bpffs or not missing,
+                        "/sys/fs/bpf mounted" if bpffs else "/sys/fs/bpf not mounted "
+                        "(mltcp load mounts it)", "mount -t bpf bpf /sys/fs/bpf"))
+    try:
+        cg2 = f"cgroup v2 at {datapath.cgroup2_root()}"
+    except MltcpError as exc:
+        cg2 = ""
+        cg2_why = str(exc)
+    checks.append(Check("cgroup2", bool(cg2), cg2 or cg2_why,
+                        "mount cgroup2 (needed for `job attach --cgroup`)"))
+    for tool, pkg in (("clang", "clang"), ("bpftool", "bpftool"), ("tc", "iproute2"),
+                      ("nsenter", "util-linux")):
+        path = shutil.which(tool)
+        checks.append(Check(tool, bool(path), path or "not found",
+                            f"apt-get install {pkg} (scripts/setup.sh installs everything)"))
+    lib = ctypes.util.find_library("bpf")
+    checks.append(Check("libbpf", bool(lib), lib or "libbpf.so not found",
+                        "apt-get install libbpf1"))
+    if compile_objects and btf and shutil.which("clang") and shutil.which("bpftool"):
+        try:
+            for name in OBJECTS:
+                build_object(name)
+            checks.append(Check("build", True, f"{len(OBJECTS)} eBPF objects compile"))
+        except MltcpError as exc:
+            checks.append(Check("build", False, str(exc).splitlines()[0],
+                                "fix the toolchain (clang >= 14, libbpf-dev headers)"))
+    try:
+        loaded = datapath.loaded_modules()
+        checks.append(Check("modules", True, "loaded: " + (", ".join(
+            datapath.cc_name(m) for m in loaded) or "none (run `mltcp load all`)")))
+    except OSError as exc:
+        checks.append(Check("modules", False, str(exc), "is /proc mounted?"))
+    netns = os.geteuid() == 0 and bool(shutil.which("ip"))
+    checks.append(Check("netns", netns, "can create network namespaces (testbed)" if netns
+                        else "cannot create network namespaces", "run as root with iproute2"))
+    return checks
+
+
+def as_json(checks: list[Check]) -> dict:
+    return {"ok": all(c.ok for c in checks), "checks": [asdict(c) for c in checks]}
+
+
+def as_table(checks: list[Check]) -> str:
+    lines = []
+    for c in checks:
+        mark = "ok " if c.ok else "NO "
+        line = f"{mark} {c.name:<11} {c.detail}"
+        if not c.ok and c.fix:
+            line += f"  -> {c.fix}"
+        lines.append(line)
+    verdict = "this host can run MLTCP" if all(c.ok for c in checks) else \
+        "this host cannot run MLTCP yet: fix the NO lines"
+    return "\n".join(lines + [verdict])

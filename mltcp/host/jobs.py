@@ -1,0 +1,344 @@
+"""Jobs: the control plane's view of training jobs under MLTCP on this host.
+
+A job is a name, an MLTCP module, F's parameters, a per-iteration byte
+budget (given, derived from a job description, or learned) and how its
+sockets are found (a cgroup and/or address/port rules).  The Python
+:class:`JobSpec` is the single source of truth; :func:`render_cfg` turns it
+into the kernel's ``struct mltcp_job_cfg``.  Control-plane-only metadata (the
+name, the cgroup path, the rules) is kept in a JSON registry under
+STATE_DIR; the datapath never reads it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from mltcp.core.aggressiveness import FP_ONE, Aggressiveness
+from mltcp.core.budget import BudgetLearner, JobDescription
+from mltcp.core.errors import MltcpError, SpecError
+from mltcp.host import datapath, maps
+
+STATE_DIR = Path(os.environ.get("MLTCP_STATE_DIR", "/run/mltcp"))
+DEFAULT_GAP_MS = 5.0
+DEFAULT_STALE_S = 30.0
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything that defines a job on this host (validated on construction)."""
+
+    name: str
+    cc: str = "cubic"
+    budget: int = 0                 # bytes per iteration sent by this host; 0 with learn=True
+    learn: bool = False
+    slope: float = 1.0
+    intercept: float = 1.0
+    cap: float | None = None
+    gap_ms: float = DEFAULT_GAP_MS
+    stale_s: float = DEFAULT_STALE_S
+    cgroup: str | None = None
+    rules: tuple[maps.Rule, ...] = ()
+    description: dict | None = None  # JobDescription fields, when the budget came from one
+
+    def __post_init__(self) -> None:
+        if not _NAME_RE.match(self.name):
+            raise SpecError("name", f"{self.name!r} is not a valid job name",
+                            "use 1-32 letters, digits, '.', '_' or '-'")
+        if self.cc not in datapath.MODULES:
+            raise SpecError("cc", f"unknown congestion control {self.cc!r}",
+                            f"choose from {', '.join(datapath.MODULES)}")
+        self.aggressiveness  # validates slope/intercept/cap  # noqa: B018
+        if self.learn:
+            if self.budget:
+                raise SpecError("budget", "given together with --learn",
+                                "either give the budget or learn it, not both")
+        elif not 0 < self.budget <= 1 << 40:
+            raise SpecError("budget", f"must be between 1 B and 1 TiB (got {self.budget})",
+                            "give bytes per iteration (e.g. --budget 150MB), a job description, "
+                            "or --learn")
+        if not 0.05 <= self.gap_ms <= 60_000:
+            raise SpecError("gap_ms", f"{self.gap_ms} out of range",
+                            "use 0.05 .. 60000 ms: longer than ACK gaps within communication, "
+                            "shorter than the compute phase")
+        if not (self.stale_s == 0 or 1 <= self.stale_s <= 86_400):
+            raise SpecError("stale_s", f"{self.stale_s} out of range",
+                            "use 1 .. 86400 s, or 0 to never fall back")
+        if not self.cgroup and not self.rules:
+            raise SpecError("cgroup", "the job has no way to find its sockets",
+                            "give --cgroup PATH and/or --dst ADDR[:PORT] / --port / --local-port")
+        for rule in self.rules:
+            if not rule.address and not rule.port:
+                raise SpecError("rule", "matches every connection",
+                                "give an address or a port in each rule")
+            if not 0 <= rule.port <= 65535:
+                raise SpecError("port", f"{rule.port} out of range", "use 1..65535")
+
+    @property
+    def aggressiveness(self) -> Aggressiveness:
+        return Aggressiveness(slope=self.slope, intercept=self.intercept, cap=self.cap)
+
+    @classmethod
+    def from_description(cls, desc: JobDescription, **kw: object) -> JobSpec:
+        d = {"gradient_bytes": desc.gradient_bytes, "workers": desc.workers,
+             "collective": str(desc.collective), "role": desc.role, "servers": desc.servers}
+        return cls(budget=desc.bytes_per_iteration(), description=d, **kw)  # type: ignore[arg-type]
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["rules"] = [asdict(r) for r in self.rules]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> JobSpec:
+        d = dict(d)
+        d["rules"] = tuple(maps.Rule(**r) for r in d.get("rules", ()))
+        return cls(**d)
+
+
+def cgroup_path(text: str) -> Path:
+    """A cgroup v2 directory, given absolute or relative to the cgroup v2 mount."""
+    root = datapath.cgroup2_root()
+    p = Path(text)
+    if not p.is_absolute() or not p.is_relative_to(root):
+        p = root / str(text).lstrip("/")
+    if not (p / "cgroup.procs").exists():
+        raise SpecError("cgroup", f"{p} is not a cgroup v2 directory",
+                        f"create it (mkdir under {root}) or name an existing one")
+    return p
+
+
+def render_cfg(spec: JobSpec, budget: int | None = None, signal_seq: int = 0,
+               now_ns: int | None = None) -> maps.JobCfg:
+    """The kernel's job config for this spec (the one place parameters are rendered)."""
+    fixed = spec.aggressiveness.to_fixed()
+    return maps.JobCfg(
+        budget=spec.budget if budget is None else budget,
+        gap_ns=int(spec.gap_ms * 1e6),
+        refreshed_ns=time.monotonic_ns() if now_ns is None else now_ns,
+        stale_ns=int(spec.stale_s * 1e9),
+        slope_fp=fixed.slope_fp,
+        intercept_fp=fixed.intercept_fp,
+        cap_fp=fixed.cap_fp,
+        signal_seq=signal_seq,
+        flags=maps.JOB_ENABLED,
+        cc=maps.CC_IDS[spec.cc],
+        abi=maps.ABI_VERSION,
+    )
+
+
+# -- registry ---------------------------------------------------------------------
+
+@dataclass
+class JobRecord:
+    id: int
+    spec: JobSpec
+    learned_budget: int = 0
+    links: list[str] = field(default_factory=list)
+
+
+class Registry:
+    """jobs.json under STATE_DIR, read-modify-written under an exclusive flock."""
+
+    def __init__(self, state_dir: Path | None = None) -> None:
+        self.dir = state_dir or STATE_DIR
+        self.path = self.dir / "jobs.json"
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[dict[str, JobRecord]]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / "jobs.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            jobs = self._read()
+            before = json.dumps(self._dump(jobs), sort_keys=True)
+            yield jobs
+            after = self._dump(jobs)
+            if json.dumps(after, sort_keys=True) != before:
+                tmp = self.path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(after, indent=2, sort_keys=True))
+                tmp.replace(self.path)
+
+    def read(self) -> dict[str, JobRecord]:
+        return self._read()
+
+    def _read(self) -> dict[str, JobRecord]:
+        if not self.path.exists():
+            return {}
+        raw = json.loads(self.path.read_text())
+        if raw.get("datapath") != maps.pinned_map_id("mltcp_job_cfg"):
+            # The maps these jobs were written to are gone (unload --all, reboot, manual
+            # cleanup): none of these jobs can be live any more.
+            return {}
+        return {name: JobRecord(id=r["id"], spec=JobSpec.from_json(r["spec"]),
+                                learned_budget=r.get("learned_budget", 0),
+                                links=r.get("links", []))
+                for name, r in raw["jobs"].items()}
+
+    @staticmethod
+    def _dump(jobs: dict[str, JobRecord]) -> dict:
+        return {"datapath": maps.pinned_map_id("mltcp_job_cfg"),
+                "jobs": {name: {"id": r.id, "spec": r.spec.to_json(),
+                                "learned_budget": r.learned_budget, "links": r.links}
+                         for name, r in jobs.items()}}
+
+    def clear(self) -> None:
+        for name in ("jobs.json", "jobs.lock"):
+            with contextlib.suppress(FileNotFoundError):
+                (self.dir / name).unlink()
+        with contextlib.suppress(OSError):
+            self.dir.rmdir()
+
+
+# -- operations ----------------------------------------------------------------------
+
+def _free_id(jobs: dict[str, JobRecord]) -> int:
+    used = {r.id for r in jobs.values()}
+    for i in range(1, maps.MAX_JOBS):
+        if i not in used:
+            return i
+    raise MltcpError(f"all {maps.MAX_JOBS - 1} job slots are in use: detach a job first")
+
+
+def attach(spec: JobSpec, registry: Registry | None = None) -> JobRecord:
+    """Put a job under MLTCP: config, rules, cgroup classifier; all or nothing."""
+    registry = registry or Registry()
+    cgroup = cgroup_path(spec.cgroup) if spec.cgroup else None
+    datapath.require_bpf()
+    datapath.require_loaded(spec.cc)
+    with registry.locked() as jobs:
+        if spec.name in jobs:
+            raise MltcpError(f"job {spec.name!r} is already attached: "
+                             f"`mltcp job detach {spec.name}` first")
+        job_id = _free_id(jobs)
+        record = JobRecord(id=job_id, spec=spec)
+        with maps.PinnedMap("mltcp_rules") as rules_map:
+            for rule in spec.rules:
+                owner = rules_map.get(rule.key(), ctypes.c_uint32)
+                if owner is not None:
+                    raise SpecError("rule", f"{rule.describe()} already belongs to job id "
+                                    f"{owner.value}", "detach that job or use another rule")
+        key = ctypes.c_uint32(job_id)
+        added_rules: list[maps.Rule] = []
+        try:
+            with maps.PinnedMap("mltcp_job_state") as st:
+                st.put(key, maps.JobState(f_fp=FP_ONE))
+            with maps.PinnedMap("mltcp_job_cfg") as cfg:
+                cfg.put(key, render_cfg(spec))
+            with maps.PinnedMap("mltcp_rules") as rules_map:
+                for rule in spec.rules:
+                    rules_map.put(rule.key(), ctypes.c_uint32(job_id))
+                    added_rules.append(rule)
+            if spec.rules:
+                record.links.append(str(datapath.attach_root_rules()))
+            if cgroup is not None:
+                record.links.append(str(datapath.attach_cgroup(job_id, cgroup)))
+        except BaseException:
+            _remove_from_kernel(job_id, added_rules, record.links, jobs)
+            raise
+        jobs[spec.name] = record
+        return record
+
+
+def _remove_from_kernel(job_id: int, rules: list[maps.Rule] | tuple[maps.Rule, ...],
+                        links: list[str], others: dict[str, JobRecord]) -> None:
+    key = ctypes.c_uint32(job_id)
+    for link in links:
+        p = Path(link)
+        if p.name == "rules-root":
+            still_used = any(r.spec.rules for r in others.values() if r.id != job_id)
+            if still_used:
+                continue
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+    if maps.pin_path("mltcp_rules").exists():
+        with maps.PinnedMap("mltcp_rules") as rules_map:
+            for rule in rules:
+                rules_map.delete(rule.key())
+    for name, value in (("mltcp_job_cfg", maps.JobCfg()), ("mltcp_job_state", maps.JobState())):
+        if maps.pin_path(name).exists():
+            with maps.PinnedMap(name) as m:
+                m.put(key, value)
+    datapath.remove_unused_pins(keep_maps=bool([r for r in others.values() if r.id != job_id]))
+
+
+def detach(name: str, registry: Registry | None = None) -> JobRecord:
+    registry = registry or Registry()
+    datapath.require_bpf()
+    with registry.locked() as jobs:
+        record = jobs.get(name)
+        if record is None:
+            raise SpecError("name", f"no job named {name!r}", "see `mltcp job list`")
+        _remove_from_kernel(record.id, record.spec.rules, record.links, jobs)
+        del jobs[name]
+    if not registry.read():
+        registry.clear()
+    return record
+
+
+def detach_all(registry: Registry | None = None) -> list[str]:
+    registry = registry or Registry()
+    names = list(registry.read())
+    for name in names:
+        detach(name, registry)
+    registry.clear()
+    return names
+
+
+def signal(name: str, registry: Registry | None = None) -> int:
+    """Explicit end-of-iteration signal: the next ACK of the job starts a new iteration."""
+    registry = registry or Registry()
+    record = registry.read().get(name)
+    if record is None:
+        raise SpecError("name", f"no job named {name!r}", "see `mltcp job list`")
+    key = ctypes.c_uint32(record.id)
+    with maps.PinnedMap("mltcp_job_cfg") as cfg_map:
+        cfg = cfg_map.get(key, maps.JobCfg)
+        if cfg is None or not cfg.flags & maps.JOB_ENABLED:
+            raise MltcpError(f"job {name!r} has no live config: re-attach it")
+        cfg.signal_seq = (cfg.signal_seq + 1) & 0xFFFFFFFF
+        cfg_map.put(key, cfg)
+        return int(cfg.signal_seq)
+
+
+def learn_budget(state: maps.JobState, learner: BudgetLearner | None = None) -> int | None:
+    """Budget from the datapath's boundary history once it is stable, else None."""
+    learner = learner or BudgetLearner()
+    learner.reset()
+    for sample in state.history():
+        learner.add(sample)
+    return learner.learned()
+
+
+def refresh(registry: Registry | None = None, now_ns: int | None = None) -> dict[str, int]:
+    """Keep every job's config fresh and apply learned budgets; returns learned budgets."""
+    registry = registry or Registry()
+    learned: dict[str, int] = {}
+    if not maps.pin_path("mltcp_job_cfg").exists():
+        return learned
+    with registry.locked() as jobs, maps.PinnedMap("mltcp_job_cfg") as cfg_map, \
+            maps.PinnedMap("mltcp_job_state") as st_map:
+        for name, record in jobs.items():
+            key = ctypes.c_uint32(record.id)
+            cfg = cfg_map.get(key, maps.JobCfg)
+            if cfg is None or not cfg.flags & maps.JOB_ENABLED:
+                continue
+            budget = int(cfg.budget)
+            if record.spec.learn:
+                state = st_map.get(key, maps.JobState)
+                value = learn_budget(state) if state is not None else None
+                if value and value != budget:
+                    budget = value
+                    record.learned_budget = value
+                    learned[name] = value
+            cfg_map.put(key, render_cfg(record.spec, budget=budget, signal_seq=cfg.signal_seq,
+                                        now_ns=now_ns))
+    return learned

@@ -1,0 +1,170 @@
+"""Live telemetry from the datapath: per job and per flow, as a table, JSON or Prometheus text."""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from dataclasses import asdict, dataclass, field
+
+from mltcp.core.aggressiveness import FP_ONE
+from mltcp.host import maps
+from mltcp.host.jobs import Registry
+
+
+@dataclass
+class FlowStatus:
+    job: str
+    cc: str
+    src: str
+    dst: str
+    cwnd: int
+    ssthresh: int
+    srtt_us: int
+    f: float
+    bytes_acked: int
+    cwnd_reductions: int
+    loss_reductions: int
+    age_s: float
+
+
+@dataclass
+class JobStatus:
+    name: str
+    id: int
+    cc: str
+    budget: int
+    learning: bool
+    learned_budget: int
+    iteration: int
+    bytes_in_iter: int
+    bytes_ratio: float
+    f: float
+    stale: bool
+    last_iter_bytes: int
+    total_bytes: int
+    wraps: int
+    gaps: int
+    signals: int
+    cwnd_reductions: int
+    history: list[int] = field(default_factory=list)
+    flows: list[FlowStatus] = field(default_factory=list)
+
+
+def _age(now_ns: int, then_ns: int) -> float:
+    return max(0.0, (now_ns - then_ns) / 1e9) if then_ns else float("inf")
+
+
+def collect(registry: Registry | None = None) -> list[JobStatus]:
+    """Read every attached job's config/state and its flows from the pinned maps."""
+    registry = registry or Registry()
+    jobs = registry.read()
+    if not jobs or not maps.pin_path("mltcp_job_cfg").exists():
+        return []
+    now = time.monotonic_ns()
+    by_id: dict[int, JobStatus] = {}
+    with maps.PinnedMap("mltcp_job_cfg") as cfg_map, maps.PinnedMap("mltcp_job_state") as st_map:
+        for name, rec in sorted(jobs.items(), key=lambda kv: kv[1].id):
+            key = ctypes.c_uint32(rec.id)
+            cfg = cfg_map.get(key, maps.JobCfg) or maps.JobCfg()
+            st = st_map.get(key, maps.JobState) or maps.JobState()
+            budget = int(cfg.budget)
+            stale = bool(cfg.stale_ns) and now - cfg.refreshed_ns > cfg.stale_ns
+            by_id[rec.id] = JobStatus(
+                name=name, id=rec.id, cc=rec.spec.cc, budget=budget, learning=rec.spec.learn,
+                learned_budget=rec.learned_budget, iteration=int(st.iteration),
+                bytes_in_iter=int(st.bytes_in_iter),
+                bytes_ratio=(st.bytes_in_iter / budget) if budget else 0.0,
+                f=(st.f_fp or FP_ONE) / FP_ONE, stale=stale,
+                last_iter_bytes=int(st.last_iter_bytes), total_bytes=int(st.total_bytes),
+                wraps=int(st.wraps), gaps=int(st.gaps), signals=int(st.signals),
+                cwnd_reductions=int(st.cwnd_reductions), history=st.history(),
+            )
+    with maps.PinnedMap("mltcp_flows") as flows:
+        for key in flows.keys(ctypes.c_uint64):
+            info = flows.get(key, maps.FlowInfo)
+            if info is None or info.job_id not in by_id:
+                continue
+            job = by_id[info.job_id]
+            job.flows.append(FlowStatus(
+                job=job.name, cc=maps.CC_NAMES.get(info.cc, "?"),
+                src=f"{maps.format_addr(info.family, info.saddr)}:{info.sport}",
+                dst=f"{maps.format_addr(info.family, info.daddr)}:{info.dport}",
+                cwnd=int(info.cwnd), ssthresh=int(info.ssthresh), srtt_us=int(info.srtt_us),
+                f=info.f_fp / FP_ONE, bytes_acked=int(info.bytes_acked),
+                cwnd_reductions=int(info.cwnd_reductions),
+                loss_reductions=int(info.loss_reductions), age_s=_age(now, info.updated_ns),
+            ))
+    return list(by_id.values())
+
+
+def to_json(statuses: list[JobStatus]) -> list[dict]:
+    out = []
+    for s in statuses:
+        d = asdict(s)
+        for flow in d["flows"]:
+            flow["age_s"] = None if flow["age_s"] == float("inf") else round(flow["age_s"], 3)
+        out.append(d)
+    return out
+
+
+def to_table(statuses: list[JobStatus]) -> str:
+    if not statuses:
+        return "no jobs attached (see `mltcp job attach --help`)"
+    lines = [f"{'job':<16}{'id':>4} {'cc':<6}{'iter':>7}{'budget':>14}{'ratio':>7}{'F':>7}"
+             f"{'learned':>12}  state"]
+    for s in statuses:
+        state = "stale" if s.stale else ("learning" if s.learning and not s.budget else "live")
+        lines.append(f"{s.name:<16}{s.id:>4} {s.cc:<6}{s.iteration:>7}{s.budget:>14}"
+                     f"{s.bytes_ratio:>7.3f}{s.f:>7.3f}{s.learned_budget or '-':>12}  {state}")
+        for f in sorted(s.flows, key=lambda f: f.src):
+            lines.append(f"    {f.src:>22} -> {f.dst:<22} cwnd {f.cwnd:>6} srtt {f.srtt_us:>7}us"
+                         f" F {f.f:.3f} cuts {f.cwnd_reductions}")
+    return "\n".join(lines)
+
+
+_METRICS = (
+    ("mltcp_job_iteration", "counter", "Completed iterations", "iteration"),
+    ("mltcp_job_bytes_ratio", "gauge", "Bytes acked in this iteration over the budget",
+     "bytes_ratio"),
+    ("mltcp_job_f", "gauge", "Current aggressiveness F", "f"),
+    ("mltcp_job_budget_bytes", "gauge", "Per-iteration byte budget (0 while learning)", "budget"),
+    ("mltcp_job_last_iteration_bytes", "gauge", "Bytes between the last two idle-gap boundaries",
+     "last_iter_bytes"),
+    ("mltcp_job_acked_bytes_total", "counter", "Bytes acked for the job", "total_bytes"),
+    ("mltcp_job_cwnd_reductions_total", "counter", "Window reductions on the job's flows",
+     "cwnd_reductions"),
+    ("mltcp_job_stale", "gauge", "1 when the config is stale and flows run the standard CC",
+     "stale"),
+    ("mltcp_job_flows", "gauge", "Flows seen in the flow table", "flows"),
+)
+
+
+def to_prometheus(statuses: list[JobStatus]) -> str:
+    """Prometheus text exposition format (version 0.0.4)."""
+    out: list[str] = []
+    for metric, kind, help_text, attr in _METRICS:
+        out.append(f"# HELP {metric} {help_text}")
+        out.append(f"# TYPE {metric} {kind}")
+        for s in statuses:
+            value = getattr(s, attr)
+            if attr == "flows":
+                value = len(value)
+            out.append(f'{metric}{{job="{s.name}",cc="{s.cc}"}} {float(value):g}')
+    out.append("# HELP mltcp_flow_cwnd Congestion window of a job's flow (segments)")
+    out.append("# TYPE mltcp_flow_cwnd gauge")
+    for s in statuses:
+        for f in s.flows:
+            out.append(f'mltcp_flow_cwnd{{job="{s.name}",src="{f.src}",dst="{f.dst}"}} {f.cwnd}')
+    out.append("# HELP mltcp_flow_srtt_seconds Smoothed RTT of a job's flow")
+    out.append("# TYPE mltcp_flow_srtt_seconds gauge")
+    for s in statuses:
+        for f in s.flows:
+            out.append(f'mltcp_flow_srtt_seconds{{job="{s.name}",src="{f.src}",dst="{f.dst}"}} '
+                       f"{f.srtt_us / 1e6:g}")
+    health = maps.read_health()
+    out.append("# HELP mltcp_datapath_repairs_total Garbage ssthresh/cwnd values replaced "
+               "(kernel fault workaround, docs/known-issues.md)")
+    out.append("# TYPE mltcp_datapath_repairs_total counter")
+    out.append(f'mltcp_datapath_repairs_total{{what="ssthresh"}} {health.ssthresh_repairs}')
+    out.append(f'mltcp_datapath_repairs_total{{what="cwnd"}} {health.cwnd_repairs}')
+    return "\n".join(out) + "\n"

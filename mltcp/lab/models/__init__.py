@@ -1,0 +1,1 @@
+"""Flow-level engines: the fluid model and the DCQCN model, runs advancing as lanes."""

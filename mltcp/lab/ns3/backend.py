@@ -1,0 +1,97 @@
+"""The ns-3 backend: one scenario run = one worker process, with progress and a budget.
+
+``run_once`` has the signature of the other backends' (:func:`mltcp.lab.emulation.testbed.run_once`,
+:func:`mltcp.lab.models.fluid.run_once`) and returns the same common trace.  ns-3 is an optional
+extra (``pip install 'mltcp[ns3]'``): without it the backend says so in one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from mltcp.core.errors import CapabilityError, MltcpError
+from mltcp.lab.scenario import Scenario, Scheme
+from mltcp.lab.trace import Trace, load_trace
+
+WORKER = "mltcp.lab.ns3.worker"
+DEFAULT_BUDGET_S = 1800.0          # wall-clock seconds one run may take
+STARTUP_S = 60.0                   # importing ns-3 and compiling the MLTCP classes
+
+Progress = Callable[[str], None]
+
+
+def require_ns3() -> None:
+    """Raise a one-line CapabilityError when the ns-3 bindings are not installed."""
+    if importlib.util.find_spec("ns") is None or importlib.util.find_spec("cppyy") is None:
+        raise CapabilityError("the ns3 backend needs the ns-3 Python bindings: "
+                              "pip install 'mltcp[ns3]' (PyPI ns3 3.44 with cppyy)")
+
+
+def max_sim_seconds(scenario: Scenario) -> float:
+    """Simulated time after which a run that has not finished is an error: twice the
+    worst case in which every iteration of every job shares the bottleneck with all
+    the others, plus start offsets and jitter, plus 5 s."""
+    all_comm_s = sum(j.comm_bytes_per_worker() for j in scenario.jobs) * 8 / (
+        scenario.topology.bottleneck_mbit * 1e6)
+    longest = max((j.start_offset_ms + j.iterations * (j.compute_ms + 3 * j.compute_jitter_ms))
+                  / 1000 + j.iterations * all_comm_s for j in scenario.jobs)
+    return 2 * longest + 5.0
+
+
+def run_once(scenario: Scenario, scheme: Scheme, seed: int, only_job: str | None = None,
+             progress: Progress | None = None, budget_s: float = DEFAULT_BUDGET_S) -> Trace:
+    """Run the scenario (or one job alone) once on ns-3 in a worker process."""
+    require_ns3()
+    say = progress or (lambda _msg: None)
+    with tempfile.TemporaryDirectory(prefix="mltcp-ns3-") as tmp:
+        out = Path(tmp) / "trace.json"
+        spec = {"scenario": scenario.to_dict(), "scheme": dataclasses.asdict(scheme),
+                "seed": seed, "only_job": only_job, "out": str(out),
+                "max_sim_s": max_sim_seconds(scenario)}
+        spec_path = Path(tmp) / "spec.json"
+        spec_path.write_text(json.dumps(spec))
+        # One BLAS thread: numpy's OpenBLAS thread pool and cling's JIT in one process
+        # were seen to deadlock (the worker asleep in a futex while compiling).
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+        proc = subprocess.Popen([sys.executable, "-m", WORKER, str(spec_path)], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        started, errors = time.monotonic(), []
+
+        def read_stderr() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                if line.startswith("progress "):
+                    sim_s = float(line.split()[1])
+                    say(f"{scenario.name} / {scheme.name} / seed {seed}: ns-3 at {sim_s:.1f} s "
+                        f"simulated, {time.monotonic() - started:.0f} s wall")
+                elif "materialize symbols" not in line:      # a harmless cling notice
+                    errors.append(line.rstrip())
+
+        reader = threading.Thread(target=read_stderr, daemon=True)
+        reader.start()
+        try:
+            proc.wait(timeout=budget_s + STARTUP_S)
+        except subprocess.TimeoutExpired:
+            raise MltcpError(f"ns-3 run {scenario.name}/{scheme.name}/seed {seed} exceeded "
+                             f"its {budget_s:.0f} s wall-clock budget") from None
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            reader.join(timeout=5)
+        if proc.returncode != 0 or not out.exists():
+            tail = next((e for e in reversed(errors) if e.strip() and not e.startswith("#")),
+                        f"exit status {proc.returncode}")
+            raise MltcpError(f"ns-3 run {scenario.name}/{scheme.name}/seed {seed} failed: "
+                             f"{tail}")
+        return load_trace(out)
