@@ -35,9 +35,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from mltcp.lab.models.dcqcn import simulate
 
 from mltcp.core.dcqcn.policy import Mode
+from mltcp.lab.models.dcqcn import simulate
 from mltcp.lab.models.dcqcn.longflows import LongFlows, run_long_flows
 from mltcp.lab.models.dcqcn.params import ModelParams
 from mltcp.lab.scenario import parse_scenario

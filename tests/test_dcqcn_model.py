@@ -13,7 +13,6 @@ import dataclasses
 
 import numpy as np
 import pytest
-from mltcp.lab.models.dcqcn import simulate
 
 from mltcp.core.aggressiveness import Aggressiveness
 from mltcp.core.dcqcn.knobs import KNOB_BY_NAME
@@ -21,6 +20,7 @@ from mltcp.core.dcqcn.policy import DcqcnPolicy, Mode
 from mltcp.core.errors import SpecError
 from mltcp.core.iteration import IterationTracker
 from mltcp.lab import metrics
+from mltcp.lab.models.dcqcn import simulate
 from mltcp.lab.models.dcqcn.longflows import LongFlows, run_long_flows
 from mltcp.lab.models.dcqcn.model import DcqcnModel, Fabric
 from mltcp.lab.models.dcqcn.params import (

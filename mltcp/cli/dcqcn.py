@@ -1,7 +1,7 @@
 """``mltcp dcqcn probe|knobs|run|restore``: the command-line side of the tuner.
 
-The argument parser lives with the other subcommands in :mod:`mltcp.cli`; this module
-turns the parsed arguments into library calls and prints the results.
+The parser (:func:`register`) and the commands: parsed arguments into library calls of
+:mod:`mltcp.host.dcqcn`, results printed.
 """
 
 from __future__ import annotations
@@ -13,18 +13,77 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from mltcp.core.aggressiveness import Aggressiveness
 from mltcp.core.budget import parse_bytes
 from mltcp.core.dcqcn.knobs import markdown_table, text_table
+from mltcp.core.dcqcn.policy import PRESETS as DCQCN_PRESETS
 from mltcp.core.dcqcn.policy import DcqcnPolicy, preset
 from mltcp.core.errors import SpecError
-from mltcp.host.dcqcn.backends import DryRunBackend, probe
+from mltcp.host.dcqcn.backends import BACKEND_KINDS, DryRunBackend, probe
 from mltcp.host.dcqcn.counters import counter_from_spec
 from mltcp.host.dcqcn.snapshot import default_state_dir, restore_file, snapshot_path
 from mltcp.host.dcqcn.tuner import Tuner, TunerConfig, advice_summary
 
 DEFAULT_PRESET = "tuned"
+
+
+def register(sub: Any) -> None:
+    """Add ``mltcp dcqcn ...`` to the top-level subparsers."""
+
+    dq = sub.add_parser("dcqcn", help="RoCE: scale the NIC's DCQCN rate increase by "
+                                      "F(bytes_ratio) (mlx5 knobs), restore them after")
+    dqs = dq.add_subparsers(dest="dcqcn_cmd", required=True)
+    port = argparse.ArgumentParser(add_help=False)
+    port.add_argument("--root", default="/", help="find /sys under this directory (tests)")
+    port.add_argument("--iface", help="the RoCE netdev (default: the only one with knobs)")
+    port.add_argument("--pci", help="upstream debugfs: the PCI function, e.g. 0000:3b:00.0")
+    port.add_argument("--backend", default="auto", choices=BACKEND_KINDS,
+                      help="knob layout (default: probe; defaults: the mlx5 defaults, "
+                           "read-only, with --advise)")
+    dp = dqs.add_parser("probe", parents=[port], help="which knob layout, knobs and values")
+    dp.add_argument("--json", action="store_true")
+    dk = dqs.add_parser("knobs", help="the knob table: units, ranges, defaults, sources")
+    dk.add_argument("--markdown", action="store_true", help="as in rdma/README.md")
+    dr = dqs.add_parser("run", parents=[port], help="tune until Ctrl-C/SIGTERM/--duration-s, "
+                                                    "then restore every knob it changed")
+    dr.add_argument("--budget", required=True, help="bytes this host sends per iteration")
+    fa = dr.add_argument_group("aggressiveness F = intercept + slope * bytes_ratio")
+    fa.add_argument("--preset", choices=list(DCQCN_PRESETS),
+                    help="mlx5-default (F = 1), paper (0.25 + 1.75 r) or tuned (1 + r, "
+                         "the default)")
+    fa.add_argument("--slope", type=float)
+    fa.add_argument("--intercept", type=float)
+    fa.add_argument("--cap", type=float)
+    dr.add_argument("--mode", default="timer", choices=["timer", "rates"],
+                    help="timer: rpg_time_reset and rpg_byte_reset / F (default); rates: "
+                         "rpg_ai_rate and rpg_hai_rate x F")
+    dr.add_argument("--f-step", type=float, default=0.125,
+                    help="F is rounded to multiples of this before use (default %(default)s)")
+    dr.add_argument("--base", default="current", choices=["current", "mlx5"],
+                    help="scale the values found at start (default) or the mlx5 defaults")
+    dr.add_argument("--advise", action="store_true",
+                    help="write nothing: print each change the tuner would make, and why")
+    dr.add_argument("--poll-ms", type=float, default=2.0, help="counter poll period")
+    dr.add_argument("--gap-ms", type=float, default=10.0,
+                    help="silence that ends an iteration (>= 2 polls; default %(default)s)")
+    dr.add_argument("--duration-s", type=float, help="stop (and restore) after this long")
+    dr.add_argument("--counter", default="auto",
+                    help="RDMA tx bytes: auto, ib:DEV[:PORT] (port_xmit_data x 4), "
+                         "ethtool[:STAT], file:PATH (default auto)")
+    dr.add_argument("--state-dir", help="snapshot directory (default /var/lib/mltcp/dcqcn)")
+    dr.add_argument("--restore-foreign", action="store_true",
+                    help="on exit also restore knobs someone else changed meanwhile")
+    dre = dqs.add_parser("restore", help="put back every knob from the snapshot "
+                                         "(also after a crash)")
+    dre.add_argument("--iface", help="the netdev the tuner ran on")
+    dre.add_argument("--pci", help="the PCI function, if the tuner ran without --iface")
+    dre.add_argument("--root", help="default: the root recorded in the snapshot")
+    dre.add_argument("--state-dir", help="snapshot directory (default /var/lib/mltcp/dcqcn)")
+    dre.add_argument("--force", action="store_true",
+                     help="also overwrite knobs someone else changed since")
+    dq.set_defaults(handler=main)
 
 
 class _Terminated(Exception):

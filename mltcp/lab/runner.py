@@ -97,8 +97,8 @@ def run_scenario(scenario_ref: str, out_dir: str | Path, schemes: Sequence[str] 
         step(done, stem)
 
     if backend in ("fluid", "dcqcn"):     # models: all runs at once, as lanes of batches
-        from mltcp.lab.models.dcqcn import simulate as dcqcn
         from mltcp.lab.models import fluid
+        from mltcp.lab.models.dcqcn import simulate as dcqcn
 
         run_many = fluid.run_many if backend == "fluid" else dcqcn.run_many
         runs = [fluid.Run(scheduled[scheme.name][0], scheme, seed, only)

@@ -1,0 +1,247 @@
+"""Host commands: ``doctor``, ``load``, ``unload``, ``job``, ``status``, ``metrics``, ``agent``.
+
+What a network engineer runs on a training host.  Only the standard library and
+:mod:`mltcp.core` are imported here; each command imports its part of
+:mod:`mltcp.host` when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    """Add the host commands to the top-level subparsers."""
+    doc = sub.add_parser("doctor", help="what this host supports, and why not")
+    doc.add_argument("--json", action="store_true")
+    doc.add_argument("--no-build", action="store_true", help="skip compiling the eBPF objects")
+    doc.set_defaults(handler=cmd_doctor)
+
+    ld = sub.add_parser("load", help="register MLTCP congestion modules")
+    ld.add_argument("modules", nargs="+", help="reno, cubic, dctcp or all")
+    ld.set_defaults(handler=cmd_load)
+    ul = sub.add_parser("unload", help="unregister modules; --all removes everything")
+    ul.add_argument("modules", nargs="*")
+    ul.add_argument("--all", action="store_true", help="modules, jobs, classifier, marker, pins")
+    ul.set_defaults(handler=cmd_unload)
+
+    _register_job(sub)
+
+    st = sub.add_parser("status", help="per job: iteration, bytes_ratio, F; per flow: cwnd, srtt")
+    st.add_argument("--json", action="store_true")
+    st.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS")
+    st.set_defaults(handler=cmd_status)
+    mt = sub.add_parser("metrics", help="Prometheus text format")
+    mt.set_defaults(handler=cmd_metrics)
+
+    ag = sub.add_parser("agent", help="long-running control plane for this host")
+    ag.add_argument("--interval", type=float, default=1.0, help="refresh period in seconds")
+    ag.add_argument("--metrics-port", type=int, help="serve /metrics on this TCP port")
+    ag.add_argument("--metrics-addr", default="127.0.0.1")
+    ag.set_defaults(handler=cmd_agent)
+
+
+def _register_job(sub: Any) -> None:
+    job = sub.add_parser("job", help="put training jobs under MLTCP")
+    jsub = job.add_subparsers(dest="job_cmd", required=True)
+
+    a = jsub.add_parser("attach", help="attach a job (config, budget, classification)")
+    a.add_argument("name")
+    a.add_argument("--cc", default="cubic", help="reno, cubic or dctcp (default cubic)")
+    b = a.add_argument_group("per-iteration byte budget (one of)")
+    b.add_argument("--budget", help="bytes this host sends per iteration, e.g. 150MB, 1.5GiB")
+    b.add_argument("--gradient-bytes", help="model gradient size, with --workers/--collective")
+    b.add_argument("--learn", action="store_true", help="learn it from observed iterations")
+    a.add_argument("--workers", type=int, help="workers in the collective")
+    a.add_argument("--collective", default="ring_allreduce",
+                   help="ring_allreduce, tree_allreduce, reduce_scatter, all_gather, "
+                        "reduce_scatter_all_gather, all_to_all, parameter_server")
+    a.add_argument("--role", default="worker", help="worker or server (parameter_server)")
+    a.add_argument("--servers", type=int, default=1, help="parameter servers")
+    f = a.add_argument_group("aggressiveness F = intercept + slope * bytes_ratio")
+    f.add_argument("--preset", help="default (slope 1, intercept 1) or standard (F = 1)")
+    f.add_argument("--slope", type=float)
+    f.add_argument("--intercept", type=float)
+    f.add_argument("--cap", type=float)
+    a.add_argument("--gap-ms", type=float, default=None,
+                   help="idle gap that starts a new iteration (default 5)")
+    a.add_argument("--stale-s", type=float, default=None,
+                   help="fall back to the standard CC when not refreshed for this long "
+                        "(default 30; 0 = never)")
+    c = a.add_argument_group("which sockets (at least one)")
+    c.add_argument("--cgroup", help="cgroup v2 path of the training processes")
+    c.add_argument("--dst", action="append", default=[], metavar="ADDR[:PORT]",
+                   help="remote address (and port); repeatable")
+    c.add_argument("--port", action="append", type=int, default=[], help="remote port")
+    c.add_argument("--local-port", action="append", type=int, default=[],
+                   help="local (listening) port")
+
+    d = jsub.add_parser("detach", help="detach a job (or --all)")
+    d.add_argument("name", nargs="?")
+    d.add_argument("--all", action="store_true")
+    lst = jsub.add_parser("list", help="attached jobs")
+    lst.add_argument("--json", action="store_true")
+    s = jsub.add_parser("signal", help="explicit end of iteration (from the training loop)")
+    s.add_argument("name")
+    job.set_defaults(handler=cmd_job)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from mltcp.host import doctor
+
+    checks = doctor.run_checks(compile_objects=not args.no_build)
+    print(json.dumps(doctor.as_json(checks), indent=2) if args.json else
+          doctor.as_table(checks))
+    return 0 if all(c.ok for c in checks) else 1
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    from mltcp.host import datapath
+
+    for m in datapath.load(args.modules):
+        print(f"loaded {datapath.cc_name(m)}")
+    return 0
+
+
+def cmd_unload(args: argparse.Namespace) -> int:
+    from mltcp.core.errors import SpecError
+    from mltcp.host import datapath, jobs
+
+    if args.all:
+        names = jobs.Registry().read()
+        removed = datapath.unload_all()
+        jobs.Registry().clear()
+        print("removed " + ", ".join(removed + [f"job {n}" for n in names] or ["nothing"]))
+        return 0
+    if not args.modules:
+        raise SpecError("modules", "none given", "name modules (reno cubic dctcp all) or --all")
+    removed = datapath.unload(args.modules)
+    print("unloaded " + (", ".join(datapath.cc_name(m) for m in removed) or "nothing"))
+    return 0
+
+
+def _job_spec(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from mltcp.core.aggressiveness import preset
+    from mltcp.core.budget import JobDescription, parse_bytes
+    from mltcp.core.errors import SpecError
+    from mltcp.host import maps
+    from mltcp.host.jobs import DEFAULT_GAP_MS, DEFAULT_STALE_S, JobSpec
+
+    given = [x for x in (args.budget, args.gradient_bytes, args.learn or None) if x is not None]
+    if len(given) != 1:
+        raise SpecError("budget", "give exactly one way to get the per-iteration budget",
+                        "use --budget BYTES, --gradient-bytes G --workers N, or --learn")
+    base = preset(args.preset) if args.preset else preset("default")
+    rules = []
+    for dst in args.dst:
+        addr, _, port = dst.rpartition(":") if dst.count(":") == 1 else (dst, "", "")
+        if not addr:
+            addr, port = port, ""
+        try:
+            rules.append(maps.Rule(address=addr.strip("[]"), port=int(port) if port else 0))
+            rules[-1].key()
+        except ValueError as exc:
+            raise SpecError("dst", f"{dst!r} is not ADDR[:PORT]", "e.g. --dst 10.0.0.2:5201") \
+                from exc
+    rules += [maps.Rule(port=p) for p in args.port]
+    rules += [maps.Rule(port=p, local=True) for p in args.local_port]
+    kw = dict(
+        name=args.name, cc=args.cc.removeprefix("mltcp_"),
+        slope=base.slope if args.slope is None else args.slope,
+        intercept=base.intercept if args.intercept is None else args.intercept,
+        cap=base.cap if args.cap is None else args.cap,
+        gap_ms=DEFAULT_GAP_MS if args.gap_ms is None else args.gap_ms,
+        stale_s=DEFAULT_STALE_S if args.stale_s is None else args.stale_s,
+        cgroup=args.cgroup, rules=tuple(rules),
+    )
+    if args.budget is not None:
+        return JobSpec(budget=parse_bytes(args.budget, "budget"), **kw)
+    if args.learn:
+        return JobSpec(learn=True, **kw)
+    if args.workers is None:
+        raise SpecError("workers", "missing", "give --workers N with --gradient-bytes")
+    desc = JobDescription(gradient_bytes=parse_bytes(args.gradient_bytes, "gradient_bytes"),
+                          workers=args.workers, collective=args.collective, role=args.role,
+                          servers=args.servers)
+    return JobSpec.from_description(desc, **kw)
+
+
+def cmd_job(args: argparse.Namespace) -> int:
+    from mltcp.core.errors import SpecError
+    from mltcp.host import jobs
+
+    if args.job_cmd == "attach":
+        spec = _job_spec(args)
+        rec = jobs.attach(spec)
+        how = ("learning the budget" if spec.learn else f"budget {rec.spec.budget} B/iteration")
+        print(f"attached job {spec.name} (id {rec.id}) to mltcp_{spec.cc}, {how}")
+        if spec.stale_s:
+            print(f"keep it fresh with `mltcp agent`: the config expires after {spec.stale_s:g} s "
+                  "and the job's flows then run the standard algorithm")
+    elif args.job_cmd == "detach":
+        if args.all:
+            names = jobs.detach_all()
+            print("detached " + (", ".join(names) or "nothing"))
+        elif not args.name:
+            raise SpecError("name", "missing", "name a job or pass --all")
+        else:
+            jobs.detach(args.name)
+            print(f"detached job {args.name}")
+    elif args.job_cmd == "list":
+        reg = jobs.Registry().read()
+        if args.json:
+            print(json.dumps({n: {"id": r.id, **r.spec.to_json()} for n, r in reg.items()},
+                             indent=2))
+        else:
+            for n, r in sorted(reg.items(), key=lambda kv: kv[1].id):
+                s = r.spec
+                where = ", ".join(filter(None, [f"cgroup {s.cgroup}" if s.cgroup else "",
+                                                *[x.describe() for x in s.rules]]))
+                budget = "learn" if s.learn else f"{s.budget} B"
+                print(f"{r.id:>3} {n:<16} mltcp_{s.cc:<6} budget {budget:<14} "
+                      f"F={s.intercept:g}+{s.slope:g}*ratio  {where}")
+            if not reg:
+                print("no jobs attached")
+    elif args.job_cmd == "signal":
+        seq = jobs.signal(args.name)
+        print(f"job {args.name}: iteration boundary signalled (seq {seq})")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from mltcp.host import telemetry
+
+    while True:
+        statuses = telemetry.collect()
+        if args.json:
+            print(json.dumps(telemetry.to_json(statuses), indent=2))
+        else:
+            print(telemetry.to_table(statuses))
+        if not args.watch:
+            return 0
+        time.sleep(args.watch)
+        print()
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from mltcp.host import telemetry
+
+    sys.stdout.write(telemetry.to_prometheus(telemetry.collect()))
+    return 0
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    from mltcp.host.agent import Agent
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    Agent(interval_s=args.interval, metrics_port=args.metrics_port,
+          metrics_addr=args.metrics_addr).run()
+    return 0

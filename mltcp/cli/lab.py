@@ -1,0 +1,155 @@
+"""Lab commands: ``run``, ``compare``, ``sweep``, ``backends``, ``testbed``, ``demo``.
+
+What a researcher runs.  Parsing needs only the backend registry's names (which
+imports no backend); the pipeline (:mod:`mltcp.lab.runner`, numpy, matplotlib) is
+imported when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from mltcp.lab import backends
+
+
+def register(sub: Any) -> None:
+    """Add the lab commands to the top-level subparsers."""
+    names = backends.names()
+    backend_help = "; ".join(f"{e.name}: {e.summary}" for e in backends.REGISTRY)
+
+    rn = sub.add_parser("run", help="run a scenario's schemes on a backend; write traces")
+    rn.add_argument("scenario", help="an example name, e.g. compatible-pair "
+                                     "(mltcp/lab/scenarios/), or a TOML file")
+    rn.add_argument("--backend", default="netns", choices=names, help=backend_help)
+    rn.add_argument("--out", required=True, help="output directory")
+    rn.add_argument("--scheme", action="append", help="only these schemes (repeatable)")
+    rn.add_argument("--seed", action="append", type=int, help="only these seeds (repeatable)")
+    rn.add_argument("--dedicated", action="store_true",
+                    help="also run each job alone (the dedicated-link baseline)")
+    rn.add_argument("--parallel", type=int, default=1, metavar="N",
+                    help="runs at once where the backend can (ns3: one process each; "
+                         "default 1)")
+    rn.set_defaults(handler=cmd_run)
+
+    cp = sub.add_parser("compare", help="every scheme of a scenario plus the dedicated "
+                                        "baseline, side by side (report + table)")
+    cp.add_argument("scenario", help="an example name or a TOML file")
+    cp.add_argument("--backend", default="netns", choices=names, help=backend_help)
+    cp.add_argument("--out", required=True, help="output directory")
+    cp.add_argument("--seed", action="append", type=int, help="only these seeds (repeatable)")
+    cp.add_argument("--parallel", type=int, default=1, metavar="N",
+                    help="runs at once where the backend can (ns3; default 1)")
+    cp.set_defaults(handler=cmd_compare)
+
+    sw = sub.add_parser("sweep", help="a parameter grid on a backend (fluid by default), run "
+                                      "on Dask (table + plots)")
+    sw.add_argument("scenario", help="an example name or a TOML file")
+    sw.add_argument("--param", action="append", required=True, metavar="NAME=V1,V2,...",
+                    help="grid axis (repeatable): slope, intercept, cap, load, compute_ms, "
+                         "compute_jitter_ms, jobs, iterations")
+    sw.add_argument("--seeds", default="0", help="e.g. 0-9 or 0,3,7 (default: %(default)s)")
+    sw.add_argument("--scheme", help="the MLTCP scheme to vary (default: the scenario's first)")
+    sw.add_argument("--out", required=True, help="output directory")
+    sw.add_argument("--format", default="parquet", choices=["parquet", "csv"])
+    sw.add_argument("--backend", default="fluid", choices=names,
+                    help="fluid: the flow-level model (batches of runs); ns3: one ns-3 process "
+                         "per run (minutes each); dcqcn: batches on the DCQCN model")
+    sw.add_argument("--scheduler", help="Dask scheduler address (default: a local cluster)")
+    sw.add_argument("--workers", type=int, help="local cluster: worker processes "
+                                                "(default: one per core)")
+    sw.add_argument("--f-steps", type=int, default=None,
+                    help="fluid: F re-evaluations per iteration (0: only at phase events)")
+    sw.set_defaults(handler=cmd_sweep)
+
+    bk = sub.add_parser("backends", help="the backends scenarios can run on "
+                                         "(--check: which can run on this host)")
+    bk.add_argument("--check", action="store_true",
+                    help="import each backend and say whether it can run here, and why not")
+    bk.set_defaults(handler=cmd_backends)
+
+    tb = sub.add_parser("testbed", help="emulated testbed housekeeping")
+    tb.add_argument("action", choices=["clean"],
+                    help="clean: remove namespaces and jobs left by killed runs")
+    tb.set_defaults(handler=cmd_testbed)
+
+    dm = sub.add_parser("demo", help="MLTCP vs standard TCP on the default scenario, real "
+                                     "kernel (--live: a close-up of one MLTCP run)")
+    dm.add_argument("--out", default="mltcp-demo", help="output directory (default: %(default)s)")
+    dm.add_argument("--seed", type=int, default=0)
+    dm.add_argument("--live", action="store_true",
+                    help="instead: two one-way jobs under MLTCP, per-iteration F and cwnd live")
+    dm.add_argument("--cc", default="cubic", help="--live: reno, cubic or dctcp")
+    dm.add_argument("--iterations", type=int, default=12, help="--live: iterations per job")
+    dm.add_argument("--rate-mbit", type=float, default=1000, help="--live: bottleneck rate")
+    dm.add_argument("--json", metavar="FILE",
+                    help="--live: also write the samples and iterations here")
+    dm.set_defaults(handler=cmd_demo)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from mltcp.lab.runner import run_scenario
+
+    run_scenario(args.scenario, out_dir=args.out, schemes=args.scheme, seeds=args.seed,
+                 dedicated=args.dedicated, backend=args.backend, parallel=args.parallel)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from mltcp.lab.report import table
+    from mltcp.lab.runner import run_scenario
+
+    print(table(run_scenario(args.scenario, out_dir=args.out, seeds=args.seed,
+                             dedicated=True, backend=args.backend, parallel=args.parallel)))
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from mltcp.core.errors import SpecError
+    from mltcp.lab import sweep
+    from mltcp.lab.models.fluid import FluidOptions
+
+    if args.f_steps is not None and args.backend != "fluid":
+        raise SpecError("f-steps", "is an option of the fluid model",
+                        f"drop --f-steps with --backend {args.backend}")
+    options = FluidOptions() if args.f_steps is None else FluidOptions(f_steps=args.f_steps)
+    spec = sweep.make_spec(args.scenario, args.param, args.seeds, args.scheme, options,
+                           backend=args.backend)
+    rows = sweep.execute(spec, scheduler=args.scheduler, workers=args.workers)
+    path = sweep.write(spec, rows, args.out, args.format)
+    print(f"{len(rows)} runs -> {path}, {Path(args.out) / 'sweep.json'} and plots")
+    return 0
+
+
+def cmd_backends(args: argparse.Namespace) -> int:
+    from mltcp.core.errors import MltcpError
+
+    width = max(len(n) for n in backends.names())
+    for e in backends.REGISTRY:
+        status = ""
+        if args.check:
+            try:
+                backends.get(e.name).require()
+                status = "  [ready]"
+            except (MltcpError, ImportError) as exc:
+                status = f"  [unavailable: {str(exc).splitlines()[0]}]"
+        print(f"{e.name:<{width}}  {e.summary}{status}")
+    return 0
+
+
+def cmd_testbed(args: argparse.Namespace) -> int:
+    from mltcp.lab.emulation import testbed
+
+    removed = testbed.clean()
+    print("removed " + (", ".join(removed) or "nothing"))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from mltcp.lab.demo import run_compare_demo, run_demo
+
+    if not args.live:
+        return run_compare_demo(args.out, seed=args.seed)
+    return run_demo(cc=args.cc, iterations=args.iterations, rate_mbit=args.rate_mbit,
+                    json_out=args.json)
