@@ -40,6 +40,8 @@ from mltcp.core.dcqcn.policy import Mode
 from mltcp.lab.models.dcqcn import simulate
 from mltcp.lab.models.dcqcn.longflows import LongFlows, run_long_flows
 from mltcp.lab.models.dcqcn.params import ModelParams
+from mltcp.lab.plan import resolve
+from mltcp.lab.runner import traces_of
 from mltcp.lab.scenario import parse_scenario
 from mltcp.lab.trace import provenance
 
@@ -82,11 +84,11 @@ def speed_jobs(rounds: int, lanes_list: tuple[int, ...], iterations: int) -> lis
     rows = []
     for lanes in lanes_list:
         sc = short_pair(iterations, list(range(lanes)))
-        runs = [simulate.Run(sc, sc.scheme("mltcp"), seed) for seed in sc.seeds]
+        plans = [resolve(sc, sc.scheme("mltcp"), seed) for seed in sc.seeds]
         walls, sim = [], 0.0
         for _ in range(rounds):
             t0 = time.perf_counter()
-            traces = simulate.run_many(runs)
+            traces = traces_of("dcqcn", plans)
             walls.append(time.perf_counter() - t0)
             sim = float(np.mean([max(j.iterations[-1].end for j in t.jobs) for t in traces]))
         wall = statistics.median(walls)
@@ -190,9 +192,8 @@ def interleave(scenario: str, mode: Mode, out_dir: Path, seeds: list[int] | None
     import dataclasses
 
     from mltcp.lab.report import build_report, table
-    from mltcp.lab.runner import _planned_runs
+    from mltcp.lab.runner import backend_for, plan_runs, run_plans
     from mltcp.lab.scenario import load_scenario
-    from mltcp.lab.schedule import apply_schedule
 
     sc = load_scenario(scenario)
     if iterations:
@@ -201,19 +202,12 @@ def interleave(scenario: str, mode: Mode, out_dir: Path, seeds: list[int] | None
     if host_link_mbit:
         sc = dataclasses.replace(sc, topology=dataclasses.replace(
             sc.topology, host_link_mbit=host_link_mbit))
-    planned = _planned_runs(sc, seeds or list(sc.seeds), dedicated=True)
-    shifted = {s.name: apply_schedule(sc, s) for _, s, _, _ in planned}
-    runs = [simulate.Run(shifted[s.name][0], s, seed, only) for _, s, seed, only in planned]
+    plans = plan_runs(sc, seeds or list(sc.seeds), dedicated=True)
     t0 = time.perf_counter()
-    traces = simulate.run_many(runs, simulate.DcqcnOptions(mode=mode))
-    print(f"{scenario}, {mode.value} mode: {len(runs)} runs in "
+    run_plans(backend_for("dcqcn", options={"options": simulate.DcqcnOptions(mode=mode)}),
+              plans, out_dir)
+    print(f"{scenario}, {mode.value} mode: {len(plans)} runs in "
           f"{time.perf_counter() - t0:.0f} s", flush=True)
-    (out_dir / "traces").mkdir(parents=True, exist_ok=True)
-    for (stem, scheme, _, _), trace in zip(planned, traces, strict=True):
-        if shifted[scheme.name][1]:
-            trace = dataclasses.replace(trace, params={**trace.params,
-                                                       "shifts_ms": shifted[scheme.name][1]})
-        trace.save(out_dir / "traces" / f"{stem}.json")
     return table(build_report(out_dir))
 
 

@@ -31,6 +31,8 @@ from pathlib import Path
 
 from mltcp.lab import metrics
 from mltcp.lab.models import fluid
+from mltcp.lab.models.lanes import build_batch
+from mltcp.lab.plan import resolve
 from mltcp.lab.scenario import load_scenario
 from mltcp.lab.trace import provenance
 
@@ -47,8 +49,8 @@ def fluid_rates(rounds: int, lanes_list: tuple[int, ...]) -> list[dict]:
     for f_steps in F_STEPS:
         opt = fluid.FluidOptions(f_steps=f_steps)
         for lanes in lanes_list:
-            runs = [fluid.Run(sc, scheme, seed) for seed in range(lanes)]
-            batch, structs = fluid.build_batch(runs)
+            plans = [resolve(sc, scheme, seed) for seed in range(lanes)]
+            batch, _ = build_batch(plans)
             engine, total = [], []
             for _ in range(rounds):
                 t0 = time.perf_counter()
@@ -56,7 +58,7 @@ def fluid_rates(rounds: int, lanes_list: tuple[int, ...]) -> list[dict]:
                 t1 = time.perf_counter()
                 engine.append(t1 - t0)
                 if lanes <= 1000:        # traces + metrics: what a sweep pays per run
-                    traces = fluid.to_traces(runs, batch, structs, result, opt)
+                    traces = fluid.to_traces(plans, batch, result, opt)
                     for trace in traces:
                         metrics.summarize(trace)
                     total.append(time.perf_counter() - t0)
@@ -82,8 +84,8 @@ def fluid_rates(rounds: int, lanes_list: tuple[int, ...]) -> list[dict]:
 def _simulate_lanes(lanes: int, f_steps: int) -> float:
     """Build and run ``lanes`` seeds of the compatible pair in this process; engine seconds."""
     sc = load_scenario("compatible-pair")
-    batch, _ = fluid.build_batch([fluid.Run(sc, sc.scheme("mltcp-cubic"), seed)
-                                  for seed in range(lanes)])
+    batch, _ = build_batch([resolve(sc, sc.scheme("mltcp-cubic"), seed)
+                            for seed in range(lanes)])
     t0 = time.perf_counter()
     fluid.simulate(batch, fluid.FluidOptions(f_steps=f_steps))
     return time.perf_counter() - t0

@@ -21,7 +21,7 @@ import statistics
 import time
 from pathlib import Path
 
-from mltcp.lab.ns3.backend import run_once
+from mltcp.lab.runner import run_one
 from mltcp.lab.scenario import Scheme, load_scenario
 from mltcp.lab.trace import provenance
 
@@ -55,7 +55,7 @@ def main() -> None:
     for r in range(args.rounds):
         for name, scheme in VARIANTS.items():
             t0 = time.perf_counter()
-            trace = run_once(sc, scheme, 0)
+            trace = run_one("ns3", sc, scheme, 0)
             walls[name].append(time.perf_counter() - t0)
             # The worker's own clock around the simulation loop: without the import and
             # the compile, whose noise would swamp the classes' cost.

@@ -7,8 +7,9 @@ import random
 import pytest
 
 from mltcp.core.aggressiveness import MAX_BUDGET_BYTES
-from mltcp.core.budget import BudgetLearner, Collective, JobDescription, parse_bytes
+from mltcp.core.budget import BudgetLearner, Collective, JobDescription
 from mltcp.core.errors import SpecError
+from mltcp.core.validate import parse_bytes
 
 MB = 1_000_000
 

@@ -19,7 +19,7 @@ from mltcp.core.dcqcn.knobs import KNOB_BY_NAME
 from mltcp.core.dcqcn.policy import DcqcnPolicy, Mode
 from mltcp.core.errors import SpecError
 from mltcp.core.iteration import IterationTracker
-from mltcp.lab import metrics
+from mltcp.lab import backends, metrics
 from mltcp.lab.models.dcqcn import simulate
 from mltcp.lab.models.dcqcn.longflows import LongFlows, run_long_flows
 from mltcp.lab.models.dcqcn.model import DcqcnModel, Fabric
@@ -31,7 +31,8 @@ from mltcp.lab.models.dcqcn.params import (
     ModelParams,
     ScaledKnobs,
 )
-from mltcp.lab.runner import BACKENDS, run_scenario
+from mltcp.lab.plan import resolve
+from mltcp.lab.runner import run_scenario
 from mltcp.lab.scenario import DEDICATED, Scenario, Scheme, parse_scenario
 from mltcp.lab.trace import Trace, load_trace
 
@@ -190,8 +191,8 @@ def test_halving_the_step_changes_results_only_slightly() -> None:
     # Shared iterations vary by ~3 % from seed to seed (random marks), so compare the
     # mean over six seeds; doubling the step instead (8 us) moves it by ~5 %.
     sc = short_pair(iterations=3, seeds=tuple(range(6)))
-    runs = [simulate.Run(sc, DEDICATED, 0, "a")]
-    runs += [simulate.Run(sc, sc.scheme("cubic"), seed) for seed in sc.seeds]
+    runs = [resolve(sc, DEDICATED, 0, only_job="a")]
+    runs += [resolve(sc, sc.scheme("cubic"), seed) for seed in sc.seeds]
     out = {}
     for step in (4e-6, 2e-6):
         traces = simulate.run_many(runs, simulate.DcqcnOptions(params=ModelParams(step_s=step)))
@@ -212,7 +213,7 @@ def test_mltcp_interleaves_a_short_compatible_pair_and_standard_dcqcn_does_not()
     sc = short_pair(iterations=11, seeds=(0, 1))
     paper = Scheme("mltcp-paper", "cubic", True, 1.75, 0.25)
     rates = dataclasses.replace(paper, name="mltcp-paper-rates", dcqcn_mode="rates")
-    runs = [simulate.Run(sc, scheme, seed) for seed in sc.seeds
+    runs = [resolve(sc, scheme, seed) for seed in sc.seeds
             for scheme in (sc.scheme("cubic"), paper, rates)]
     traces = simulate.run_many(runs, simulate.DcqcnOptions(poll_s=2.5e-4))
     for trace in traces:
@@ -229,10 +230,10 @@ def test_mltcp_interleaves_a_short_compatible_pair_and_standard_dcqcn_does_not()
 
 def test_a_run_does_not_depend_on_the_other_runs_of_its_batch() -> None:
     sc = short_pair(iterations=2, seeds=(0, 1))
-    alone = simulate.run_many([simulate.Run(sc, sc.scheme("mltcp"), 0)])[0]
-    batch = simulate.run_many([simulate.Run(sc, sc.scheme("cubic"), 1),
-                               simulate.Run(sc, sc.scheme("mltcp"), 0),
-                               simulate.Run(sc, DEDICATED, 1, "a")])[1]
+    alone = simulate.run_many([resolve(sc, sc.scheme("mltcp"), 0)])[0]
+    batch = simulate.run_many([resolve(sc, sc.scheme("cubic"), 1),
+                               resolve(sc, sc.scheme("mltcp"), 0),
+                               resolve(sc, DEDICATED, 1, only_job="a")])[1]
     assert [j.to_dict() for j in batch.jobs] == [j.to_dict() for j in alone.jobs]
     assert [ln.to_dict() for ln in batch.links] == [ln.to_dict() for ln in alone.links]
 
@@ -243,12 +244,12 @@ def test_a_scheme_can_name_its_own_policy_mode() -> None:
     rates mode.  The traces say which mode each run had."""
     sc = short_pair(iterations=2)
     timer = dataclasses.replace(sc.scheme("mltcp"), name="mltcp-timer", dcqcn_mode="timer")
-    rates, mixed = simulate.run_many([simulate.Run(sc, sc.scheme("mltcp"), 0),
-                                      simulate.Run(sc, timer, 0)],
+    rates, mixed = simulate.run_many([resolve(sc, sc.scheme("mltcp"), 0),
+                                      resolve(sc, timer, 0)],
                                      simulate.DcqcnOptions(mode=Mode.RATES))
-    [timer_alone] = simulate.run_many([simulate.Run(sc, timer, 0)],
+    [timer_alone] = simulate.run_many([resolve(sc, timer, 0)],
                                       simulate.DcqcnOptions(mode=Mode.TIMER))
-    [rates_alone] = simulate.run_many([simulate.Run(sc, sc.scheme("mltcp"), 0)],
+    [rates_alone] = simulate.run_many([resolve(sc, sc.scheme("mltcp"), 0)],
                                       simulate.DcqcnOptions(mode=Mode.RATES))
     assert [j.to_dict() for j in mixed.jobs] == [j.to_dict() for j in timer_alone.jobs]
     assert [j.to_dict() for j in rates.jobs] == [j.to_dict() for j in rates_alone.jobs]
@@ -261,8 +262,8 @@ def test_a_scheme_can_name_its_own_policy_mode() -> None:
 def test_traces_are_valid_common_traces_with_congestion_signals() -> None:
     # A small buffer (20 frames) makes the line-rate start of each phase overflow it.
     sc = short_pair(iterations=3, queue_packets=20)
-    runs = [simulate.Run(sc, sc.scheme(name), 0) for name in ("cubic", "reno", "mltcp")]
-    runs.append(simulate.Run(sc, DEDICATED, 0, "b"))
+    runs = [resolve(sc, sc.scheme(name), 0) for name in ("cubic", "reno", "mltcp")]
+    runs.append(resolve(sc, DEDICATED, 0, only_job="b"))
     cubic, reno, mltcp, alone = simulate.run_many(runs)
     for trace in (cubic, mltcp, alone):
         assert trace.backend == "dcqcn"
@@ -330,7 +331,7 @@ slope = 4.0
 
 
 def test_the_runner_runs_every_scheme_and_the_baseline_on_the_dcqcn_backend(tmp_path) -> None:
-    assert "dcqcn" in BACKENDS
+    assert "dcqcn" in backends.names()
     spec = tmp_path / "short.toml"
     spec.write_text(SHORT_PAIR_TOML)
     report = run_scenario(str(spec), tmp_path / "out", dedicated=True, backend="dcqcn")

@@ -10,16 +10,23 @@ import numpy as np
 import pytest
 
 from mltcp.core.errors import SpecError
-from mltcp.lab import metrics
+from mltcp.lab import metrics, schedule
 from mltcp.lab.graph import graph_for, ring_link_ids
 from mltcp.lab.models import fluid
-from mltcp.lab.scenario import Scheme, load_scenario, placement
+from mltcp.lab.models.lanes import Batch, build_batch
+from mltcp.lab.plan import compute_jitter_ms, placement, resolve
+from mltcp.lab.runner import run_one, traces_of
+from mltcp.lab.scenario import Scheme, load_scenario
+
+
+def run_fluid(scenario, scheme, seed, only_job=None):  # type: ignore[no-untyped-def]
+    return run_one("fluid", scenario, scheme, seed, only_job)
 
 CAP = 1e6          # payload bytes/s of the hand-made link
 
 
 def one_link_batch(slope: float, intercept: float, share: float, delta0: float,
-                   iterations: int = 12, period: float = 1.0, lanes: int = 1) -> fluid.Batch:
+                   iterations: int = 12, period: float = 1.0, lanes: int = 1) -> Batch:
     """Two identical jobs on one link; job b starts ``delta0`` after job a.  Alone, a
     job communicates ``share * period`` seconds and computes the rest."""
     nbytes = share * period * CAP
@@ -27,7 +34,7 @@ def one_link_batch(slope: float, intercept: float, share: float, delta0: float,
     def per_lane(x: np.ndarray) -> np.ndarray:
         return np.repeat(x[None], lanes, axis=0)
 
-    return fluid.Batch(
+    return Batch(
         job_names=["a", "b"], link_ids=["l"], flow_job=np.array([0, 1]),
         incidence=per_lane(np.ones((2, 1))), capacity=per_lane(np.array([CAP])),
         flow_bytes=per_lane(np.array([nbytes, nbytes])),
@@ -141,7 +148,7 @@ def test_dedicated_iteration_is_compute_plus_bytes_at_goodput(mtu: int) -> None:
     sc = load_scenario("compatible-pair")
     sc = dataclasses.replace(sc, topology=dataclasses.replace(sc.topology, mtu_bytes=mtu))
     job = sc.job("a")
-    trace = fluid.run_once(sc, sc.scheme("cubic"), seed=0, only_job="a")
+    trace = run_fluid(sc, sc.scheme("cubic"), seed=0, only_job="a")
     assert [j.name for j in trace.jobs] == ["a"]
     # Goodput is MSS/frame of the rate: 1448/1514 at 1500 B, 8948/9014 with jumbo frames.
     goodput = sc.topology.bottleneck_mbit * 1e6 * (mtu - 52) / (mtu + 14)
@@ -152,8 +159,8 @@ def test_dedicated_iteration_is_compute_plus_bytes_at_goodput(mtu: int) -> None:
 
 def test_compatible_pair_interleaves_under_mltcp_not_under_fair_sharing() -> None:
     sc = load_scenario("compatible-pair")
-    fair = metrics.summarize(fluid.run_once(sc, sc.scheme("cubic"), seed=0))
-    ml = metrics.summarize(fluid.run_once(sc, sc.scheme("mltcp-cubic"), seed=0))
+    fair = metrics.summarize(run_fluid(sc, sc.scheme("cubic"), seed=0))
+    ml = metrics.summarize(run_fluid(sc, sc.scheme("mltcp-cubic"), seed=0))
     assert fair["overall"]["convergence_iteration"] is None
     assert min(fair["jobs"]["a"]["overlap"][5:]) > 0.9
     conv = ml["overall"]["convergence_iteration"]
@@ -165,13 +172,13 @@ def test_compatible_pair_interleaves_under_mltcp_not_under_fair_sharing() -> Non
 def test_incompatible_pair_never_interleaves() -> None:
     sc = load_scenario("incompatible-pair")
     for scheme in ("cubic", "mltcp-cubic"):
-        s = metrics.summarize(fluid.run_once(sc, sc.scheme(scheme), seed=0))
+        s = metrics.summarize(run_fluid(sc, sc.scheme(scheme), seed=0))
         assert s["overall"]["convergence_iteration"] is None, scheme
 
 
 def test_trace_links_and_samples_match_the_network() -> None:
     sc = load_scenario("leaf-spine")
-    trace = fluid.run_once(sc, sc.scheme(sc.schemes[0].name), seed=1)
+    trace = run_fluid(sc, sc.scheme(sc.schemes[0].name), seed=1)
     graph = graph_for(sc.topology)
     places = placement(sc)
     for job in trace.jobs:
@@ -188,8 +195,8 @@ def test_seed_changes_the_start_jitter_only_slightly() -> None:
     one = sc.jobs[0]
     short = dataclasses.replace(sc, jobs=tuple(dataclasses.replace(j, iterations=2)
                                                for j in sc.jobs))
-    a = fluid.run_once(short, sc.scheme("cubic"), seed=0)
-    b = fluid.run_once(short, sc.scheme("cubic"), seed=1)
+    a = run_fluid(short, sc.scheme("cubic"), seed=0)
+    b = run_fluid(short, sc.scheme("cubic"), seed=1)
     sa, sb = a.job(one.name).iterations[0].start, b.job(one.name).iterations[0].start
     assert 0 <= sa < 0.001 and 0 <= sb < 0.001 and sa != sb
 
@@ -209,12 +216,12 @@ def test_runs_of_another_structure_do_not_batch() -> None:
     pair, three = load_scenario("compatible-pair"), load_scenario("three-jobs")
     cubic = Scheme("cubic", "cubic", False)
     with pytest.raises(SpecError, match="structure"):
-        fluid.build_batch([fluid.Run(pair, cubic, 0), fluid.Run(three, cubic, 0)])
+        build_batch([resolve(pair, cubic, 0), resolve(three, cubic, 0)])
 
 
 def test_model_parallel_phases_are_traced_and_interleave() -> None:
     sc = load_scenario("model-parallel")
-    alone = fluid.run_once(sc, sc.scheme("cubic"), seed=0, only_job="a").jobs[0]
+    alone = run_fluid(sc, sc.scheme("cubic"), seed=0, only_job="a").jobs[0]
     goodput = sc.topology.bottleneck_mbit * 1e6 * sc.topology.payload_efficiency
     burst = sc.job("a").comm_bytes_per_worker() * 0.5 * 8 / goodput
     first = alone.iterations[0]
@@ -222,8 +229,8 @@ def test_model_parallel_phases_are_traced_and_interleave() -> None:
     assert a0 == pytest.approx(first.start + 0.06) and e0 - a0 == pytest.approx(burst)
     assert a1 == pytest.approx(e0 + 0.06) and e1 - a1 == pytest.approx(burst)
     assert first.comm_duration == pytest.approx(2 * burst)
-    ml = metrics.summarize(fluid.run_once(sc, sc.scheme("mltcp-cubic"), seed=0))
-    fair = metrics.summarize(fluid.run_once(sc, sc.scheme("cubic"), seed=0))
+    ml = metrics.summarize(run_fluid(sc, sc.scheme("mltcp-cubic"), seed=0))
+    fair = metrics.summarize(run_fluid(sc, sc.scheme("cubic"), seed=0))
     assert ml["overall"]["convergence_iteration"] is not None
     assert fair["overall"]["convergence_iteration"] is None
 
@@ -235,10 +242,8 @@ def _jittered(name: str, sigma: float):
 
 
 def test_compute_jitter_adds_the_drawn_noise_exactly() -> None:
-    from mltcp.lab.scenario import compute_jitter_ms
-
     sc = _jittered("compatible-pair", 10.0)
-    alone = fluid.run_once(sc, sc.scheme("cubic"), seed=4, only_job="a").job("a")
+    alone = run_fluid(sc, sc.scheme("cubic"), seed=4, only_job="a").job("a")
     goodput = sc.topology.bottleneck_mbit * 1e6 * sc.topology.payload_efficiency
     comm = sc.job("a").comm_bytes_per_worker() * 8 / goodput
     drawn = np.array(compute_jitter_ms(sc, 4)["a"]) / 1000
@@ -248,13 +253,10 @@ def test_compute_jitter_adds_the_drawn_noise_exactly() -> None:
 def test_under_noise_mltcp_holds_the_interleaving_that_cassini_only_sets() -> None:
     # Cassini shifts the starts once; per-iteration noise then random-walks the phases
     # back into each other.  MLTCP pushes overlapping phases apart every iteration.
-    from mltcp.lab.schedule import apply_schedule
-
     sc = _jittered("compatible-pair", 10.0)
-    shifted, _ = apply_schedule(sc, sc.scheme("cassini"))
-    runs = ([fluid.Run(shifted, sc.scheme("cassini"), s) for s in range(5)]
-            + [fluid.Run(sc, sc.scheme("mltcp-cubic"), s) for s in range(5)])
-    traces = fluid.run_many(runs, record_links=False)
+    plans = schedule.apply([resolve(sc, sc.scheme("cassini"), s) for s in range(5)]
+                           + [resolve(sc, sc.scheme("mltcp-cubic"), s) for s in range(5)])
+    traces = traces_of("fluid", plans, record_links=False)
     late = [np.mean([np.mean(metrics.overlap(t, "a")[10:]) for t in traces[k:k + 5]])
             for k in (0, 5)]
     cassini, mltcp = late

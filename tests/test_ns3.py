@@ -17,14 +17,15 @@ import pytest
 from mltcp.core.aggressiveness import Aggressiveness
 from mltcp.core.errors import CapabilityError, SpecError
 from mltcp.core.iteration import IterationTracker
-from mltcp.lab.scenario import JobPhase, Scheme, load_scenario, placement
+from mltcp.lab.plan import resolve
+from mltcp.lab.scenario import JobPhase, Scheme, load_scenario
 
 HAVE_CPPYY = importlib.util.find_spec("cppyy") is not None
 HAVE_NS3 = HAVE_CPPYY and importlib.util.find_spec("ns") is not None
 needs_cppyy = pytest.mark.skipif(not HAVE_CPPYY, reason="needs cppyy (pip install 'mltcp[ns3]')")
 needs_ns3 = pytest.mark.skipif(not HAVE_NS3, reason="needs the ns-3 bindings "
                                "(pip install 'mltcp[ns3]')")
-HEADER = Path(__file__).resolve().parents[1] / "mltcp" / "ns3sim" / "mltcp_tracker.h"
+HEADER = Path(__file__).resolve().parents[1] / "mltcp" / "lab" / "ns3" / "mltcp_tracker.h"
 
 
 @needs_cppyy
@@ -81,9 +82,9 @@ TEST_BUDGET_S = 240.0     # a hung worker fails its test in minutes, not half an
 
 def _runs(jobs: list[tuple]) -> list:
     """Run one after the other (two compiling workers at once were seen to hang)."""
-    from mltcp.lab.ns3.backend import run_once
+    from mltcp.lab.runner import run_one
 
-    return [run_once(*a, budget_s=TEST_BUDGET_S) for a in jobs]
+    return [run_one("ns3", *a, budget_s=TEST_BUDGET_S) for a in jobs]
 
 
 def _records(trace) -> list[tuple]:
@@ -143,23 +144,11 @@ def test_f_above_one_grows_faster_in_congestion_avoidance() -> None:
 
 
 def test_backend_says_what_it_needs_without_ns3(monkeypatch) -> None:
-    from mltcp.lab.ns3 import backend
+    from mltcp.lab import backends
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(CapabilityError, match=r"mltcp\[ns3\]"):
-        backend.require_ns3()
-
-
-def test_phase_bytes_add_up_exactly() -> None:
-    from mltcp.lab.ns3.worker import phase_bytes
-
-    job = load_scenario("model-parallel").jobs[0]
-    assert phase_bytes(job) == [5_000_000, 5_000_000]
-    thirds = dataclasses.replace(job, bytes_per_worker=1_000_001, phases=(
-        JobPhase(10, 1 / 3), JobPhase(10, 1 / 3), JobPhase(10, 1 / 3)))
-    split = phase_bytes(thirds)
-    assert sum(split) == thirds.comm_bytes_per_worker() and max(split) - min(split) <= 1
-    assert phase_bytes(load_scenario("compatible-pair").jobs[0]) == [10_000_000]
+        backends.get("ns3").require()
 
 
 def _two_spines(seed_range: range = range(50)):
@@ -177,7 +166,7 @@ def _two_spines(seed_range: range = range(50)):
                               compute_ms=50)
     sc = dataclasses.replace(sc, topology=topo, jobs=(job,))
     graph = graph_for(topo)
-    hosts = placement(sc)["a"]
+    hosts = resolve(sc, sc.schemes[0], 0).job("a").hosts
     for seed in seed_range:
         paths = [ring_flow_path(graph, hosts, i, seed, "a") for i in range(len(hosts))]
         if any(b == "spine2" for path in paths for _, b, _ in path):
@@ -214,11 +203,12 @@ def test_leaf_spine_flows_take_their_ecmp_paths_and_phases_are_recorded() -> Non
 
 
 def test_simulated_time_limit_covers_the_worst_case() -> None:
-    from mltcp.lab.ns3.backend import max_sim_seconds
+    from mltcp.lab.ns3.launch import max_sim_seconds
 
     sc = load_scenario("compatible-pair")
     # 40 iterations of 120 ms compute + both jobs' 20 MB at 1 Gbit/s = 11.2 s, doubled.
-    assert max_sim_seconds(sc) == pytest.approx(2 * (40 * 0.12 + 40 * 0.16) + 5, rel=0.01)
+    assert max_sim_seconds(resolve(sc, sc.schemes[0], 0)) == pytest.approx(
+        2 * (40 * 0.12 + 40 * 0.16) + 5, rel=0.01)
 
 
 @needs_ns3
@@ -226,7 +216,7 @@ def test_a_run_over_its_wall_clock_budget_is_killed(monkeypatch) -> None:
     import subprocess
 
     from mltcp.core.errors import MltcpError
-    from mltcp.lab.ns3 import backend
+    from mltcp.lab.ns3 import launch
 
     started = []
 
@@ -235,11 +225,11 @@ def test_a_run_over_its_wall_clock_budget_is_killed(monkeypatch) -> None:
             super().__init__(*args, **kwargs)
             started.append(self)
 
-    monkeypatch.setattr(backend.subprocess, "Popen", Recorded)
-    monkeypatch.setattr(backend, "STARTUP_S", 0.0)
+    monkeypatch.setattr(launch.subprocess, "Popen", Recorded)
+    monkeypatch.setattr(launch, "STARTUP_S", 0.0)
     sc = _small()
     with pytest.raises(MltcpError, match="wall-clock budget"):
-        backend.run_once(sc, sc.scheme("cubic"), 0, budget_s=3.0)   # import alone takes longer
+        launch.run_plan(resolve(sc, sc.scheme("cubic"), 0), budget_s=3.0)   # import: longer
     assert len(started) == 1 and started[0].poll() is not None     # the worker is gone
 
 

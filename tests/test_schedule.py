@@ -8,11 +8,10 @@ import json
 
 import pytest
 
-from mltcp.lab import metrics, runner
-from mltcp.lab.graph import graph_for
-from mltcp.lab.models import fluid
-from mltcp.lab.scenario import Scheme, load_scenario, placement
-from mltcp.lab.schedule import apply_schedule, cassini_plan, job_demand
+from mltcp.lab import metrics, runner, schedule
+from mltcp.lab.plan import resolve
+from mltcp.lab.scenario import Scheme, load_scenario
+from mltcp.lab.schedule import cassini_plan, job_demand
 
 CASSINI = Scheme("cassini", "cubic", False, schedule="cassini")
 
@@ -20,7 +19,8 @@ CASSINI = Scheme("cassini", "cubic", False, schedule="cassini")
 def test_demand_is_the_dedicated_profile() -> None:
     sc = load_scenario("model-parallel")
     job = sc.job("a")
-    demand = job_demand(job, sc.topology, graph_for(sc.topology), placement(sc)["a"])
+    plan = resolve(sc, CASSINI, 0)
+    demand = job_demand(plan.job("a"), plan)
     burst_ms = job.comm_bytes_per_worker() * 0.5 * 8 / (1e9 * 1448 / 1514) * 1000
     assert demand.period_ms == pytest.approx(120 + 2 * burst_ms)
     (p0, p1) = demand.phases
@@ -30,9 +30,10 @@ def test_demand_is_the_dedicated_profile() -> None:
 
 def test_compatible_pair_gets_a_shift_that_separates_the_phases() -> None:
     sc = load_scenario("compatible-pair")
-    plan = cassini_plan(sc)
+    run = resolve(sc, CASSINI, 0)
+    plan = cassini_plan(run)
     assert all(score == pytest.approx(1.0) for score in plan.link_scores.values())
-    demand = job_demand(sc.job("a"), sc.topology, graph_for(sc.topology), placement(sc)["a"])
+    demand = job_demand(run.job("a"), run)
     comm = demand.phases[0].duration_ms
     gap = (plan.shifts_ms["b"] - plan.shifts_ms["a"]) % demand.period_ms
     assert comm <= gap <= demand.period_ms - comm      # b communicates while a computes
@@ -40,22 +41,23 @@ def test_compatible_pair_gets_a_shift_that_separates_the_phases() -> None:
 
 def test_without_a_schedule_nothing_moves() -> None:
     sc = load_scenario("compatible-pair")
-    assert apply_schedule(sc, sc.scheme("cubic")) == (sc, {})
+    plan = resolve(sc, sc.scheme("cubic"), 0)
+    assert schedule.apply([plan]) == [plan] and plan.shifts_ms == {}
 
 
 def test_a_job_never_starts_before_its_own_start() -> None:
     sc = load_scenario("compatible-pair")
     late = dataclasses.replace(sc, jobs=(sc.jobs[0], dataclasses.replace(
         sc.jobs[1], start_offset_ms=1000.0)))
-    shifted, added = apply_schedule(late, CASSINI)
-    plan = cassini_plan(late)
-    period = job_demand(late.job("b"), late.topology, graph_for(late.topology),
-                        placement(late)["b"]).period_ms
+    run = resolve(late, CASSINI, 0)
+    [shifted] = schedule.apply([run])
+    plan = cassini_plan(run)
+    period = job_demand(run.job("b"), run).period_ms
     b = shifted.job("b")
     assert 1000.0 <= b.start_offset_ms < 1000.0 + period
     periods_later = (b.start_offset_ms - plan.shifts_ms["b"]) / period
     assert periods_later == pytest.approx(round(periods_later), abs=1e-9)
-    assert added["b"] == pytest.approx(b.start_offset_ms - 1000.0)
+    assert shifted.shifts_ms["b"] == pytest.approx(b.start_offset_ms - 1000.0)
 
 
 def test_cassini_interleaves_from_the_start_on_the_fluid_model(tmp_path) -> None:
@@ -73,8 +75,7 @@ def test_cassini_interleaves_from_the_start_on_the_fluid_model(tmp_path) -> None
 
 def test_incompatible_pair_still_gains_from_cassini() -> None:
     sc = load_scenario("incompatible-pair")
-    shifted, _ = apply_schedule(sc, CASSINI)
-    fair = metrics.summarize(fluid.run_once(sc, sc.scheme("cubic"), 0))
-    cas = metrics.summarize(fluid.run_once(shifted, CASSINI, 0))
-    assert cassini_plan(sc).link_scores["bottleneck:swL->swR"] < 1.0   # cannot fit
+    fair = metrics.summarize(runner.run_one("fluid", sc, sc.scheme("cubic"), 0))
+    cas = metrics.summarize(runner.run_one("fluid", sc, CASSINI, 0))
+    assert cassini_plan(resolve(sc, CASSINI, 0)).link_scores["bottleneck:swL->swR"] < 1.0
     assert cas["jobs"]["a"]["mean"] < fair["jobs"]["a"]["mean"]

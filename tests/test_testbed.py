@@ -16,6 +16,8 @@ from mltcp.host import datapath, jobs, maps
 from mltcp.host.namespaces import list_netns
 from mltcp.lab import metrics
 from mltcp.lab.emulation import testbed
+from mltcp.lab.plan import compute_jitter_ms
+from mltcp.lab.runner import run_one
 from mltcp.lab.scenario import load_scenario
 from mltcp.lab.trace import load_trace
 
@@ -42,7 +44,7 @@ def _no_leftovers() -> None:
 ])
 def test_one_short_run_per_scheme(clean_datapath, scenario, scheme):
     sc = short(scenario)
-    trace = testbed.run_once(sc, sc.scheme(scheme), seed=1)
+    trace = run_one("netns", sc, sc.scheme(scheme), 1)
     assert (trace.scenario, trace.scheme, trace.backend, trace.seed) == (scenario, scheme,
                                                                          "netns", 1)
     assert [j.name for j in trace.jobs] == ["a", "b"]
@@ -70,7 +72,7 @@ def test_a_failing_run_leaves_nothing_behind(clean_datapath, monkeypatch):
     monkeypatch.setattr(testbed, "_module", lambda scheme: ("reno", "no-such-cc"))
     sc = short("compatible-pair", 2)
     with pytest.raises(MltcpError, match="no-such-cc"):
-        testbed.run_once(sc, sc.scheme("mltcp-reno"), seed=0)
+        run_one("netns", sc, sc.scheme("mltcp-reno"), 0)
     _no_leftovers()
     assert datapath.settle() == []
 
@@ -178,35 +180,20 @@ mltcp = true
     _no_leftovers()
 
 
-def test_idle_gap_follows_the_compute_time_within_bounds():
-    job = load_scenario("compatible-pair").jobs[0]
-    assert testbed.idle_gap_ms(job) == 30       # compatible-pair: a quarter of compute
-    for compute_ms, gap_ms in ((8, 5), (1000, 50)):    # never below the datapath's
-        # default; long compute: a stall is still not a gap
-        assert testbed.idle_gap_ms(dataclasses.replace(job, compute_ms=compute_ms)) == gap_ms
-    mp = load_scenario("model-parallel").jobs[0]    # 2 x 60 ms of compute per iteration
-    gap = testbed.idle_gap_ms(mp)
-    assert gap > mp.compute_ms and gap > max(p.compute_ms for p in mp.phase_list())
-    noisy = dataclasses.replace(mp, compute_jitter_ms=20)
-    assert testbed.idle_gap_ms(noisy) > noisy.compute_ms + 4 * 20
-
-
 def test_model_parallel_phases_are_refused_before_anything_is_built():
     sc = load_scenario("model-parallel")
     with pytest.raises(SpecError) as err:
-        testbed.run_once(sc, sc.scheme("cubic"), seed=0)
+        run_one("netns", sc, sc.scheme("cubic"), 0)
     assert err.value.field == "jobs[0].phases" and "fluid" in err.value.fix
     _no_leftovers()
 
 
 def test_compute_jitter_is_the_seeded_sequence(clean_datapath):
     """The job driver sleeps compute + the jitter every backend draws for this seed."""
-    from mltcp.lab.scenario import compute_jitter_ms
-
     sc = short("compatible-pair", iterations=4)
     sc = dataclasses.replace(sc, jobs=tuple(dataclasses.replace(j, compute_jitter_ms=30.0)
                                             for j in sc.jobs))
-    trace = testbed.run_once(sc, sc.scheme("cubic"), seed=3, only_job="a")
+    trace = run_one("netns", sc, sc.scheme("cubic"), 3, only_job="a")
     drawn = compute_jitter_ms(sc, 3)["a"]
     assert len({round(x) for x in drawn}) > 1          # it really varies
     for it, jitter in zip(trace.job("a").iterations, drawn, strict=True):

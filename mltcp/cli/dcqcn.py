@@ -16,11 +16,11 @@ from types import FrameType
 from typing import Any
 
 from mltcp.core.aggressiveness import Aggressiveness
-from mltcp.core.budget import parse_bytes
 from mltcp.core.dcqcn.knobs import markdown_table, text_table
 from mltcp.core.dcqcn.policy import PRESETS as DCQCN_PRESETS
 from mltcp.core.dcqcn.policy import DcqcnPolicy, preset
 from mltcp.core.errors import SpecError
+from mltcp.core.validate import parse_bytes
 from mltcp.host.dcqcn.backends import BACKEND_KINDS, DryRunBackend, probe
 from mltcp.host.dcqcn.counters import counter_from_spec
 from mltcp.host.dcqcn.snapshot import default_state_dir, restore_file, snapshot_path

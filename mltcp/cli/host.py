@@ -130,8 +130,9 @@ def cmd_unload(args: argparse.Namespace) -> int:
 
 def _job_spec(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from mltcp.core.aggressiveness import preset
-    from mltcp.core.budget import JobDescription, parse_bytes
+    from mltcp.core.budget import JobDescription
     from mltcp.core.errors import SpecError
+    from mltcp.core.validate import parse_bytes
     from mltcp.host import maps
     from mltcp.host.jobs import DEFAULT_GAP_MS, DEFAULT_STALE_S, JobSpec
 

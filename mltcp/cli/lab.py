@@ -108,14 +108,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from mltcp.core.errors import SpecError
     from mltcp.lab import sweep
-    from mltcp.lab.models.fluid import FluidOptions
 
-    if args.f_steps is not None and args.backend != "fluid":
+    options: dict = {}
+    if args.backend == "fluid":
+        from mltcp.lab.models.fluid import FluidOptions
+
+        # A sweep reads iterations only: the fluid model need not record link samples.
+        options = {"options": FluidOptions() if args.f_steps is None
+                   else FluidOptions(f_steps=args.f_steps), "record_links": False}
+    elif args.f_steps is not None:
         raise SpecError("f-steps", "is an option of the fluid model",
                         f"drop --f-steps with --backend {args.backend}")
-    options = FluidOptions() if args.f_steps is None else FluidOptions(f_steps=args.f_steps)
-    spec = sweep.make_spec(args.scenario, args.param, args.seeds, args.scheme, options,
-                           backend=args.backend)
+    spec = sweep.make_spec(args.scenario, args.param, args.seeds, args.scheme,
+                           backend=args.backend, backend_options=options)
     rows = sweep.execute(spec, scheduler=args.scheduler, workers=args.workers)
     path = sweep.write(spec, rows, args.out, args.format)
     print(f"{len(rows)} runs -> {path}, {Path(args.out) / 'sweep.json'} and plots")

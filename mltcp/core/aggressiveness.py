@@ -5,11 +5,16 @@ MLTCP multiplies a flow's window growth on every ACK by
 A job that has already sent most of its iteration's bytes grows faster, so jobs that
 share a link drift apart until their communication phases interleave.
 
-The kernel has no floating point, so it evaluates F in Q16.16 fixed point. The float
-:class:`Aggressiveness` is what users configure; :class:`FixedAggressiveness` is what
-the eBPF program receives, and :meth:`FixedAggressiveness.f_fixed` and
-:func:`scale_acked` are the *exact* integer operations the kernel performs. Keeping them
-here lets the tests pin the kernel's arithmetic down bit for bit.
+This module is the one definition of F.  The kernel has no floating point, so it
+evaluates F in Q16.16 fixed point: the float :class:`Aggressiveness` is what users
+configure; :class:`FixedAggressiveness` is what the eBPF program receives;
+:func:`f_fixed` and :func:`scale_acked` are the *exact* integer operations the kernel
+(``mltcp_f_fixed`` in kernel/mltcp.h) and the ns-3 classes (``Aggressiveness::FFixed``
+in mltcp/lab/ns3/mltcp_tracker.h) perform, on Python ints or on numpy integer arrays
+alike (the DCQCN model evaluates every queue pair at once); :func:`f_array` is the
+float form the fluid model evaluates for every flow of every lane.  The parameter
+bounds below are rendered into the ns-3 attribute checkers (``MLTCP_MAX_SLOPE`` ...),
+and tests/test_aggressiveness.py evaluates F through all of these and compares them.
 
 Ranges are bounded so that the kernel's u64 arithmetic cannot overflow: a budget of at
 most 2**40 bytes shifted left by 16 is below 2**56, and slope_fp * ratio_fp is at most
@@ -31,6 +36,7 @@ MAX_BUDGET_BYTES = 1 << 40
 MAX_SLOPE = 64.0
 MAX_INTERCEPT = 64.0
 MAX_CAP = 128.0
+MIN_INTERCEPT = 1 / FP_ONE       # below it the intercept rounds to 0 and F(0) would stall
 
 
 def _is_real(value: object) -> bool:
@@ -105,11 +111,30 @@ class FixedAggressiveness:
         _check_non_negative(bytes_in_iter=bytes_in_iter, budget=budget)
         if budget == 0:
             return FP_ONE
-        ratio_fp = min((bytes_in_iter << FP_SHIFT) // budget, FP_ONE)
-        f = self.intercept_fp + ((self.slope_fp * ratio_fp) >> FP_SHIFT)
-        if self.cap_fp and f > self.cap_fp:
-            f = self.cap_fp
-        return f
+        return int(f_fixed(bytes_in_iter, budget, self.slope_fp, self.intercept_fp,
+                           self.cap_fp))
+
+
+def f_fixed(bytes_in_iter, budget, slope_fp, intercept_fp, cap_fp):  # type: ignore[no-untyped-def]
+    """F in Q16.16 after ``bytes_in_iter`` of a ``budget`` (> 0): the kernel's integer
+    operations, step for step.  Written with operators only, so that it works on Python
+    ints and, element-wise, on numpy integer arrays (broadcast together) without this
+    module importing numpy: ``min``/``where`` become multiplications by a comparison.
+    """
+    ratio_fp = (bytes_in_iter << FP_SHIFT) // budget
+    ratio_fp = ratio_fp - (ratio_fp - FP_ONE) * (ratio_fp > FP_ONE)      # min(ratio, 1)
+    f = intercept_fp + ((slope_fp * ratio_fp) >> FP_SHIFT)
+    return f - (f - cap_fp) * ((cap_fp > 0) & (f > cap_fp))             # cap, 0 = none
+
+
+def f_array(ratio, slope, intercept, cap):  # type: ignore[no-untyped-def]
+    """F in floating point for arrays of ratios (broadcast with per-lane parameters;
+    ``cap`` is +inf where there is none): ``min(intercept + slope * clamp(ratio), cap)``,
+    as :meth:`Aggressiveness.__call__` computes it for one ratio.  numpy is imported
+    here, not at module level: a training host's control plane never needs it."""
+    import numpy as np
+
+    return np.minimum(intercept + slope * np.clip(ratio, 0.0, 1.0), cap)
 
 
 @dataclass(frozen=True)
@@ -144,7 +169,7 @@ class Aggressiveness:
             "intercept", self.intercept, "use a number such as --intercept 1.0"
         )
         # Below 1/FP_ONE the intercept rounds to 0 in Q16.16 and F(0) would freeze the window.
-        if intercept <= 0 or round(intercept * FP_ONE) < 1:
+        if intercept <= 0 or round(intercept * FP_ONE) < round(MIN_INTERCEPT * FP_ONE):
             raise SpecError(
                 "intercept", f"must be > 0 and at least 1/{FP_ONE} (got {intercept:g})",
                 "use a positive intercept, e.g. --intercept 1.0",

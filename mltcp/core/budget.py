@@ -12,11 +12,9 @@ bytes observed between idle gaps (see :mod:`mltcp.core.iteration`).
 from __future__ import annotations
 
 import dataclasses
-import re
 import statistics
 from collections import deque
 from dataclasses import dataclass
-from decimal import Decimal
 from enum import StrEnum
 
 from mltcp.core.aggressiveness import MAX_BUDGET_BYTES
@@ -197,38 +195,3 @@ class BudgetLearner:
     def reset(self) -> None:
         """Forget everything, e.g. after the job changed its batch size or model."""
         self._samples.clear()
-
-
-_BYTES_RE = re.compile(r"^\s*([+-]?)(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$")
-_UNITS: dict[str, int] = {
-    "": 1, "b": 1,
-    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6,
-    "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-    "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40,
-}
-
-
-def parse_bytes(text: str, field: str) -> int:
-    """Parse a positive byte count such as "10MB", "4MiB", "1.5GB", "64k" or "123".
-
-    SI prefixes are powers of 1000 and KiB/MiB/GiB/TiB powers of 1024; units are
-    case-insensitive (nobody means millibytes). The result must be a whole number of
-    bytes, so "0.1KiB" is rejected rather than silently rounded.
-    """
-    fix = 'use a positive size such as "10MB", "4MiB" or "1500000"'
-    match = _BYTES_RE.match(text) if isinstance(text, str) else None
-    unit = match.group(3).lower() if match else ""
-    if match is None or unit not in _UNITS:
-        raise SpecError(field, f"cannot parse {text!r} as a byte count", fix)
-    sign, number = match.group(1), Decimal(match.group(2))
-    value = number * _UNITS[unit]
-    if sign == "-" and value != 0:
-        raise SpecError(field, f"must be positive (got {text.strip()!r})", fix)
-    if value == 0:
-        raise SpecError(field, f"must be > 0 (got {text.strip()!r})", fix)
-    if value != value.to_integral_value():
-        raise SpecError(
-            field, f"{text.strip()!r} is not a whole number of bytes ({value})", fix
-        )
-    return int(value)

@@ -76,6 +76,7 @@ from mltcp.lab.trace import JobTrace, LinkTrace, Trace
 DEFAULT_SKIP = 0
 DEFAULT_THRESHOLD = 0.10
 DEFAULT_K = 5
+DEFAULT_LAST = 5      # overlap_last: the iterations it averages over
 PERCENTILE_METHOD = "linear"
 SUMMARY_SCHEMA = "mltcp.summary/1"
 
@@ -229,6 +230,12 @@ def overlaps(trace: Trace) -> dict[str, list[float]]:
 
 
 # --------------------------------------------------------------------------- convergence
+
+
+def overlap_last(overlaps: Sequence[float], n: int = DEFAULT_LAST) -> float | None:
+    """Mean overlap over a job's last ``n`` iterations (its ``overlap`` list): how
+    interleaved the job ended up, whether or not it converged.  None without any."""
+    return float(np.mean(overlaps[-n:])) if len(overlaps) else None
 
 
 def first_converged(indices: Sequence[int], values: Sequence[float],

@@ -37,7 +37,6 @@ from mltcp.lab import metrics
 from mltcp.lab.trace import Trace, load_trace
 
 SCHEMA = "mltcp.report/1"
-LAST = 5  # "overlap_last": mean overlap over each job's last LAST iterations
 
 
 def _load(out: Path) -> tuple[list[Trace], list[Trace]]:
@@ -70,7 +69,7 @@ def _scheme_block(traces: list[Trace], summaries: list[dict]) -> dict:
     converged = [c for c in conv if c is not None]
     ratios = [s["overall"]["mean_ratio_to_dedicated"] for s in summaries]
     times = _pooled_times(traces)
-    last = [np.mean(j["overlap"][-LAST:]) for s in summaries for j in s["jobs"].values()
+    last = [metrics.overlap_last(j["overlap"]) for s in summaries for j in s["jobs"].values()
             if j["overlap"]]
     util = [u for s in summaries for u in s["overall"]["utilisation"].values() if u is not None]
     return {

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-import random
 import re
 import tomllib
 from collections.abc import Iterable, Iterator, Mapping
@@ -29,8 +28,9 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from mltcp.core import validate
 from mltcp.core.aggressiveness import PRESETS, Aggressiveness
-from mltcp.core.budget import Collective, JobDescription, parse_bytes
+from mltcp.core.budget import Collective, JobDescription
 from mltcp.core.dcqcn.policy import Mode
 from mltcp.core.errors import SpecError
 
@@ -43,6 +43,7 @@ MAX_HOSTS = 1024
 MAX_QUEUE_PACKETS = 100_000
 
 MAX_COMPUTE_MS = 600_000
+MAX_ITERATIONS = 10_000
 MAX_START_OFFSET_MS = 3_600_000
 MAX_SEED = 2**32 - 1  # what every backend's RNG accepts
 
@@ -116,59 +117,10 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _int(value: object, field: str, lo: int, hi: int, example: str) -> int:
-    fix = f"use an integer from {lo} to {hi}, e.g. {example}"
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise SpecError(field, f"must be an integer (got {value!r})", fix)
-    if not lo <= value <= hi:
-        raise SpecError(field, f"must be between {lo} and {hi} (got {value})", fix)
-    return value
 
 
-def _number(
-    value: object, field: str, lo: float, hi: float, example: str, *, lo_open: bool = False
-) -> float:
-    low = f"> {_fmt(lo)}" if lo_open else f">= {_fmt(lo)}"
-    fix = f"use a number {low} and <= {_fmt(hi)}, e.g. {example}"
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise SpecError(field, f"must be a number (got {value!r})", fix)
-    try:
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    too_low = number <= lo if lo_open else number < lo
-    if not math.isfinite(number) or too_low or number > hi:
-        raise SpecError(field, f"must be {low} and <= {_fmt(hi)} (got {value!r})", fix)
-    return number
 
 
-def _fmt(number: float) -> str:
-    """3600000 rather than 3.6e+06: the user types the number back into the file."""
-    return str(int(number)) if float(number).is_integer() else f"{number:g}"
-
-
-def _string(value: object, field: str, example: str) -> str:
-    if not isinstance(value, str):
-        raise SpecError(field, f"must be a string (got {value!r})", f"use e.g. {example}")
-    return value
-
-
-def _name(value: object, field: str, pattern: re.Pattern[str], what: str, example: str) -> str:
-    text = _string(value, field, example)
-    if not pattern.fullmatch(text):
-        raise SpecError(field, f"{text!r} is not a valid name", f"use {what}, e.g. {example}")
-    return text
-
-
-def _bytes(value: object, field: str, example: str) -> int:
-    """A byte count as an int or a size string ("10MB"); bools are not sizes."""
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise SpecError(field, f"must be a size (got {value!r})", f"use e.g. {example}")
-    if isinstance(value, int):
-        if value <= 0:
-            raise SpecError(field, f"must be > 0 (got {value})", f"use e.g. {example}")
-        return value
-    return parse_bytes(value, field)
 
 
 @contextmanager
@@ -509,103 +461,6 @@ class Scenario:
         }
 
 
-# -- placement ----------------------------------------------------------------
-
-def placement(scenario: Scenario) -> dict[str, tuple[str, ...]]:
-    """Hosts of every job's workers, in ring order.
-
-    Explicit placements are kept. Otherwise worker i goes to segment i mod S (left,
-    right, left, ... on a dumbbell; leaf 0, 1, 2, ... on a leaf-spine), taking the
-    next host of that segment round-robin across jobs, so jobs use fresh hosts before
-    sharing one and every ring crosses the shared link. A segment whose hosts this
-    job already uses is skipped, since a job never puts two workers on one host.
-    """
-    topo = scenario.topology
-    segments = topo.segments()
-    cursors = [0] * len(segments)
-    out: dict[str, tuple[str, ...]] = {}
-    for index, job in enumerate(scenario.jobs):
-        if job.placement is not None:
-            out[job.name] = job.placement
-            continue
-        if job.workers > topo.hosts:
-            raise SpecError(*_too_many_workers(index, job.workers, topo.hosts))
-        used: list[str] = []
-        for worker in range(job.workers):
-            seg = worker % len(segments)
-            while all(host in used for host in segments[seg]):
-                seg = (seg + 1) % len(segments)
-            hosts = segments[seg]
-            while hosts[cursors[seg] % len(hosts)] in used:
-                cursors[seg] += 1
-            used.append(hosts[cursors[seg] % len(hosts)])
-            cursors[seg] += 1
-        out[job.name] = tuple(used)
-    return out
-
-
-def start_offsets_ms(scenario: Scenario, seed: int) -> dict[str, float]:
-    """Every job's start, ms after time 0: its ``start_offset_ms`` plus a seeded jitter
-    of up to 1 ms.  The jitter breaks exact ties (two jobs that start together would
-    stay symmetric forever on a model) and differs between seeds; every backend uses
-    this one function so a seed means the same start on all of them."""
-    rng = random.Random(seed)
-    return {job.name: job.start_offset_ms + rng.uniform(0, 1.0) for job in scenario.jobs}
-
-
-DCTCP_DEFAULT_ECN_BYTES = 30_000
-
-
-def ecn_threshold_bytes(topology: Topology, scheme: Scheme) -> int | None:
-    """Where the shaped links mark ECN-capable packets (bytes of backlog), or None.
-
-    Marking is a switch setting, so a topology's threshold applies whatever the hosts
-    run: classic-ECN cubic and reno back off on a mark as on a loss, without the
-    loss.  DCTCP needs marks, so a DCTCP scheme on a topology without a threshold gets
-    30 KB (parsed scenarios always give one)."""
-    if topology.ecn_threshold_bytes is not None:
-        return topology.ecn_threshold_bytes
-    return DCTCP_DEFAULT_ECN_BYTES if scheme.cc == "dctcp" else None
-
-
-def idle_gap_ms(job: ScenarioJob) -> float:
-    """The silence that ends an MLTCP job's iteration, for the backends that run the
-    datapath (netns, ns-3), which know the compute time.
-
-    One phase: a quarter of the compute phase, within 5..50 ms.  A fixed 5 ms would
-    also end iterations on the few-ms stalls of a busy emulation host (a starved
-    receiver empties the pipe just as compute does), resetting F in the middle of
-    communication.
-
-    Several phases (model parallelism): the compute between two phases is a silence
-    just like the compute before the first, so no gap can tell them apart; the gap
-    is then longer than any silence of the job (the iteration's whole compute plus
-    four standard deviations of jitter, twice over), and only the byte budget's wrap
-    ends iterations, as bytes_ratio must count the whole iteration."""
-    if job.phases is not None:
-        return 2 * (job.compute_ms + 4 * job.compute_jitter_ms) + 50.0
-    return min(max(job.compute_ms / 4, 5.0), 50.0)
-
-
-def compute_jitter_ms(scenario: Scenario, seed: int) -> dict[str, list[float]]:
-    """Per job, the ms added to each iteration's first compute phase (0 without jitter).
-
-    Gaussian with the job's ``compute_jitter_ms`` as standard deviation, never taking the
-    phase below 0 ms, seeded by (seed, job name) so that every backend draws the same
-    sequence for the same seed.
-    """
-    out = {}
-    for job in scenario.jobs:
-        first = job.phase_list()[0].compute_ms
-        if not job.compute_jitter_ms:
-            out[job.name] = [0.0] * job.iterations
-            continue
-        rng = random.Random(f"{seed}/{job.name}/compute")
-        out[job.name] = [max(-first, rng.gauss(0.0, job.compute_jitter_ms))
-                         for _ in range(job.iterations)]
-    return out
-
-
 def _too_many_workers(index: int, workers: int, hosts: int) -> tuple[str, str, str]:
     return (
         f"jobs[{index}].workers",
@@ -632,9 +487,9 @@ def parse_scenario(data: Mapping[str, Any], source: str = "") -> Scenario:
 
 def _parse(data: Mapping[str, Any]) -> Scenario:
     top = _Table(data, "", _TOP_KEYS, "give the scenario as a table of name, topology, ...")
-    name = _name(top.get("name", 'name = "my-scenario"'), "name", _SCENARIO_NAME,
-                 "1-40 of a-z, 0-9 and '-'", '"compatible-pair"')
-    description = _string(top.get("description", "", ""), "description", '"what this shows"')
+    name = validate.name(top.get("name", 'name = "my-scenario"'), "name", _SCENARIO_NAME,
+                         "1-40 of a-z, 0-9 and '-'", '"compatible-pair"')
+    description = validate.text(top.get("description", "", ""), "description", '"what this shows"')
     seeds = _parse_seeds(top.get("seeds", "", [0]))
     topology = _parse_topology(top.get("topology", 'a [topology] table with kind = "dumbbell"'))
     jobs = tuple(
@@ -657,9 +512,7 @@ def _parse(data: Mapping[str, Any]) -> Scenario:
                 "which needs ECN marking at the bottleneck",
                 "add e.g. ecn_threshold_bytes = 30000 to [topology]",
             )
-    scenario = Scenario(name, description, seeds, topology, jobs, schemes)
-    placement(scenario)  # automatic placement must be possible
-    return scenario
+    return Scenario(name, description, seeds, topology, jobs, schemes)
 
 
 def _array(value: object, field: str, table: str) -> list[Any]:
@@ -685,7 +538,7 @@ def _parse_seeds(value: object) -> tuple[int, ...]:
     seeds: list[int] = []
     for index, seed in enumerate(value):
         field = f"seeds[{index}]"
-        seeds.append(_int(seed, field, 0, MAX_SEED, "0"))
+        seeds.append(validate.integer(seed, field, 0, MAX_SEED, "0"))
         if seed in seeds[:-1]:
             raise SpecError(field, f"duplicate seed {seed}", "list every seed once")
     return tuple(seeds)
@@ -697,29 +550,30 @@ def _parse_topology(raw: object) -> Topology:
     if kind not in TOPOLOGY_KINDS:
         raise SpecError(t.at("kind"), f"unknown topology kind {kind!r}",
                         'use kind = "dumbbell" or kind = "leaf_spine"')
-    queue = _int(t.get("queue_packets", "queue_packets = 100"), t.at("queue_packets"),
-                 10, MAX_QUEUE_PACKETS, "queue_packets = 100")
+    queue = validate.integer(t.get("queue_packets", "queue_packets = 100"), t.at("queue_packets"),
+                             10, MAX_QUEUE_PACKETS, "queue_packets = 100")
     topology = (_parse_dumbbell if kind == "dumbbell" else _parse_leaf_spine)(t, queue)
     gso = t.get("gso_max_segs", "", None)
     if gso is not None:
-        gso = _int(gso, t.at("gso_max_segs"), 1, MAX_GSO_SEGS,
-                   "gso_max_segs = 1 (single packets), or omit it for the device default")
+        gso = validate.integer(
+            gso, t.at("gso_max_segs"), 1, MAX_GSO_SEGS,
+            "gso_max_segs = 1 (single packets), or omit it for the device default")
         topology = dataclasses.replace(topology, gso_max_segs=gso)
     rto = t.get("rto_min_ms", "", None)
     if rto is not None:
-        rto = _number(rto, t.at("rto_min_ms"), 1, 200,
-                      "rto_min_ms = 5, or omit it for Linux's 200 ms")
+        rto = validate.number(rto, t.at("rto_min_ms"), 1, 200,
+                              "rto_min_ms = 5, or omit it for Linux's 200 ms")
         topology = dataclasses.replace(topology, rto_min_ms=rto)
     mtu = t.get("mtu_bytes", "", None)
     if mtu is not None:
-        mtu = _int(mtu, t.at("mtu_bytes"), MIN_MTU, MAX_MTU,
-                   "mtu_bytes = 9000 (jumbo frames), or omit it for 1500")
+        mtu = validate.integer(mtu, t.at("mtu_bytes"), MIN_MTU, MAX_MTU,
+                               "mtu_bytes = 9000 (jumbo frames), or omit it for 1500")
         topology = dataclasses.replace(topology, mtu_bytes=mtu)
     ecn = t.get("ecn_threshold_bytes", "", None)
     if ecn is None:
         return topology
     field = t.at("ecn_threshold_bytes")
-    ecn = _bytes(ecn, field, "ecn_threshold_bytes = 30000")
+    ecn = validate.size(ecn, field, "ecn_threshold_bytes = 30000")
     frame, limit = topology.frame_bytes, topology.queue_bytes
     if not 1500 <= ecn < limit:
         raise SpecError(
@@ -735,11 +589,12 @@ def _parse_dumbbell(t: _Table, queue: int) -> Topology:
         if key in t.data:
             raise SpecError(t.at(key), 'only applies to kind = "leaf_spine"',
                             'remove it, or set kind = "leaf_spine"')
-    bottleneck = _number(t.get("bottleneck_mbit", "bottleneck_mbit = 1000"),
-                         t.at("bottleneck_mbit"), 1, MAX_LINK_MBIT, "bottleneck_mbit = 1000")
+    bottleneck = validate.number(t.get("bottleneck_mbit", "bottleneck_mbit = 1000"),
+                                 t.at("bottleneck_mbit"), 1, MAX_LINK_MBIT,
+                                 "bottleneck_mbit = 1000")
     default_host = min(10 * bottleneck, MAX_LINK_MBIT)
-    host_link = _number(t.get("host_link_mbit", "", default_host), t.at("host_link_mbit"),
-                        1, MAX_LINK_MBIT, f"host_link_mbit = {default_host:g}")
+    host_link = validate.number(t.get("host_link_mbit", "", default_host), t.at("host_link_mbit"),
+                                1, MAX_LINK_MBIT, f"host_link_mbit = {default_host:g}")
     if host_link < bottleneck:
         raise SpecError(
             t.at("host_link_mbit"),
@@ -747,7 +602,7 @@ def _parse_dumbbell(t: _Table, queue: int) -> Topology:
             "bottleneck would not be the bottleneck",
             f"use host_link_mbit >= {bottleneck:g}, e.g. {default_host:g}, or omit it",
         )
-    hosts = _int(t.get("hosts", "hosts = 4"), t.at("hosts"), 2, MAX_HOSTS, "hosts = 4")
+    hosts = validate.integer(t.get("hosts", "hosts = 4"), t.at("hosts"), 2, MAX_HOSTS, "hosts = 4")
     return Topology("dumbbell", host_link, queue, bottleneck_mbit=bottleneck, hosts=hosts)
 
 
@@ -761,18 +616,18 @@ def _parse_leaf_spine(t: _Table, queue: int) -> Topology:
                 "remove it and set leaves, hosts_per_leaf, host_link_mbit, oversubscription "
                 "and spines instead",
             )
-    host_link = _number(t.get("host_link_mbit", "host_link_mbit = 1000"),
-                        t.at("host_link_mbit"), 1, MAX_LINK_MBIT, "host_link_mbit = 1000")
-    leaves = _int(t.get("leaves", "leaves = 2"), t.at("leaves"), 2, 256, "leaves = 2")
-    spines = _int(t.get("spines", "spines = 1"), t.at("spines"), 1, 256, "spines = 1")
-    per_leaf = _int(t.get("hosts_per_leaf", "hosts_per_leaf = 2"), t.at("hosts_per_leaf"),
-                    1, 256, "hosts_per_leaf = 2")
+    host_link = validate.number(t.get("host_link_mbit", "host_link_mbit = 1000"),
+                                t.at("host_link_mbit"), 1, MAX_LINK_MBIT, "host_link_mbit = 1000")
+    leaves = validate.integer(t.get("leaves", "leaves = 2"), t.at("leaves"), 2, 256, "leaves = 2")
+    spines = validate.integer(t.get("spines", "spines = 1"), t.at("spines"), 1, 256, "spines = 1")
+    per_leaf = validate.integer(t.get("hosts_per_leaf", "hosts_per_leaf = 2"),
+                                t.at("hosts_per_leaf"), 1, 256, "hosts_per_leaf = 2")
     if leaves * per_leaf > MAX_HOSTS:
         raise SpecError(t.at("hosts_per_leaf"),
                         f"gives {leaves * per_leaf} hosts, over {MAX_HOSTS}",
                         f"use at most {MAX_HOSTS // leaves} hosts per leaf or fewer leaves")
-    oversub = _number(t.get("oversubscription", "oversubscription = 2.0"),
-                      t.at("oversubscription"), 1.0, 64.0, "oversubscription = 2.0")
+    oversub = validate.number(t.get("oversubscription", "oversubscription = 2.0"),
+                              t.at("oversubscription"), 1.0, 64.0, "oversubscription = 2.0")
     link = _leaf_spine_link_mbit(per_leaf, host_link, oversub, spines)
     if not 1 <= link <= MAX_LINK_MBIT:
         raise SpecError(
@@ -789,8 +644,8 @@ def _parse_leaf_spine(t: _Table, queue: int) -> Topology:
 def _parse_job(raw: object, index: int, topology: Topology) -> ScenarioJob:
     path = f"jobs[{index}]"
     t = _Table(raw, path, _JOB_KEYS, "write each job as a [[jobs]] table")
-    name = _name(t.get("name", 'name = "a"'), t.at("name"), _JOB_NAME,
-                 "1-20 of a-z, 0-9, '_' and '-'", '"a"')
+    name = validate.name(t.get("name", 'name = "a"'), t.at("name"), _JOB_NAME,
+                         "1-20 of a-z, 0-9, '_' and '-'", '"a"')
     phases = None
     if "phases" in t.data:
         if "compute_ms" in t.data:
@@ -800,22 +655,22 @@ def _parse_job(raw: object, index: int, topology: Topology) -> ScenarioJob:
         phases = _parse_phases(t.data["phases"], t.at("phases"))
         compute = sum(p.compute_ms for p in phases)
     else:
-        compute = _number(t.get("compute_ms", "compute_ms = 200"), t.at("compute_ms"),
-                          0, MAX_COMPUTE_MS, "compute_ms = 200", lo_open=True)
-    size = _bytes(t.get("bytes_per_iteration", 'bytes_per_iteration = "20MB"'),
-                  t.at("bytes_per_iteration"), 'bytes_per_iteration = "20MB"')
-    workers = _int(t.get("workers", "workers = 2"), t.at("workers"), 2, MAX_HOSTS,
-                   "workers = 2")
+        compute = validate.number(t.get("compute_ms", "compute_ms = 200"), t.at("compute_ms"),
+                                  0, MAX_COMPUTE_MS, "compute_ms = 200", lo_open=True)
+    size = validate.size(t.get("bytes_per_iteration", 'bytes_per_iteration = "20MB"'),
+                         t.at("bytes_per_iteration"), 'bytes_per_iteration = "20MB"')
+    workers = validate.integer(t.get("workers", "workers = 2"), t.at("workers"), 2, MAX_HOSTS,
+                               "workers = 2")
     if workers > topology.hosts:
         raise SpecError(*_too_many_workers(index, workers, topology.hosts))
-    connections = _int(t.get("connections", "", 1), t.at("connections"), 1, 16,
-                       "connections = 1")
-    offset = _number(t.get("start_offset_ms", "", 0.0), t.at("start_offset_ms"),
-                     0, MAX_START_OFFSET_MS, "start_offset_ms = 0")
-    jitter = _number(t.get("compute_jitter_ms", "", 0.0), t.at("compute_jitter_ms"),
-                     0, MAX_COMPUTE_MS, "compute_jitter_ms = 10")
-    iterations = _int(t.get("iterations", "iterations = 20"), t.at("iterations"), 1, 10_000,
-                      "iterations = 20")
+    connections = validate.integer(t.get("connections", "", 1), t.at("connections"), 1, 16,
+                                   "connections = 1")
+    offset = validate.number(t.get("start_offset_ms", "", 0.0), t.at("start_offset_ms"),
+                             0, MAX_START_OFFSET_MS, "start_offset_ms = 0")
+    jitter = validate.number(t.get("compute_jitter_ms", "", 0.0), t.at("compute_jitter_ms"),
+                             0, MAX_COMPUTE_MS, "compute_jitter_ms = 10")
+    iterations = validate.integer(t.get("iterations", "iterations = 20"), t.at("iterations"),
+                                  1, MAX_ITERATIONS, "iterations = 20")
     with _under(path, {"gradient_bytes": "bytes_per_iteration"}):
         collective = Collective.parse(t.get("collective", "", Collective.RING_ALLREDUCE.value))
         JobDescription(gradient_bytes=size, workers=workers, collective=collective)
@@ -835,10 +690,10 @@ def _parse_phases(raw: object, field: str) -> tuple[JobPhase, ...]:
     phases = []
     for i, item in enumerate(items):
         t = _Table(item, f"{field}[{i}]", _PHASE_KEYS, example)
-        compute = _number(t.get("compute_ms", "compute_ms = 40"), t.at("compute_ms"), 0,
-                          MAX_COMPUTE_MS, "compute_ms = 40")
-        share = _number(t.get("share", "share = 0.5"), t.at("share"), 0, 1, "share = 0.5",
-                        lo_open=True)
+        compute = validate.number(t.get("compute_ms", "compute_ms = 40"), t.at("compute_ms"), 0,
+                                  MAX_COMPUTE_MS, "compute_ms = 40")
+        share = validate.number(t.get("share", "share = 0.5"), t.at("share"), 0, 1, "share = 0.5",
+                                lo_open=True)
         phases.append(JobPhase(compute, share))
     total = sum(p.share for p in phases)
     if abs(total - 1) > 1e-6:
@@ -890,8 +745,8 @@ def _not_crossing(topology: Topology, hosts: list[str]) -> tuple[str, str]:
 def _parse_scheme(raw: object, index: int) -> Scheme:
     path = f"schemes[{index}]"
     t = _Table(raw, path, _SCHEME_KEYS, "write each scheme as a [[schemes]] table")
-    name = _name(t.get("name", 'name = "mltcp-cubic"'), t.at("name"), _SCHEME_NAME,
-                 "1-30 of a-z, 0-9, '_' and '-'", '"mltcp-cubic"')
+    name = validate.name(t.get("name", 'name = "mltcp-cubic"'), t.at("name"), _SCHEME_NAME,
+                         "1-30 of a-z, 0-9, '_' and '-'", '"mltcp-cubic"')
     if name in RESERVED_SCHEME_NAMES:
         raise SpecError(t.at("name"),
                         f"{name!r} is reserved for the baseline with each job alone on the link",

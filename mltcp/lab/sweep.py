@@ -16,20 +16,24 @@ Grid parameters (``name=v1,v2,...``):
   on a dumbbell the topology grows to 2N hosts so each copy gets fresh hosts);
 * ``iterations``: iterations per job.
 
-Fluid: work is cut into chunks of points that share a structure (same jobs and
-links), and each chunk runs as lanes of one fluid batch (:mod:`mltcp.lab.models.fluid`), so a
-chunk of 200 points costs little more than one point.  ns-3: every run is one Dask
-task (which starts its own ns-3 process); each job's dedicated runs are tasks of
-their own, run once per scenario variant and seed, and the points that need them
-wait for them.  Tasks go to Dask: a local cluster with one single-threaded worker
-process per core by default, or the scheduler at ``--scheduler`` for a real
-cluster.  Every row carries each job's dedicated-link iteration time from the same
-sweep, so ratios need nothing else.
+Every grid point is a scenario variant that goes through the scenario parser again
+(:func:`mltcp.lab.scenario.parse_scenario`), so a point is validated by exactly the
+rules a scenario file is, before any run starts; each axis value is checked first by
+the same bounds as the field it sets.  Runs go to a backend from the registry, chosen
+by its capabilities: a *batched* backend (fluid, DCQCN model) gets chunks of points
+that share a structure (same jobs and links), each chunk one call that advances them
+as lanes, so a chunk of 200 points costs little more than one point; any other
+backend (ns-3) gets every run as one Dask task, with each job's dedicated runs as
+tasks of their own, run once per scenario variant and seed, which the points that
+need them wait for.  Backends that drive this host's kernel (netns) cannot sweep.
+Tasks go to Dask: a local cluster with one single-threaded worker process per core by
+default, or the scheduler at ``--scheduler`` for a real cluster.  Every row carries
+each job's dedicated-link iteration time from the same sweep, so ratios need nothing
+else.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import math
@@ -43,36 +47,60 @@ from typing import Any
 
 import numpy as np
 
-from mltcp.core.errors import SpecError
-from mltcp.lab import metrics
-from mltcp.lab.models.fluid import FluidOptions, Run, run_many
-from mltcp.lab.scenario import DEDICATED, Scenario, ScenarioJob, Scheme, load_scenario
-from mltcp.lab.trace import provenance
+from mltcp.core import validate
+from mltcp.core.aggressiveness import MAX_CAP, MAX_INTERCEPT, MAX_SLOPE, MIN_INTERCEPT
+from mltcp.core.errors import CapabilityError, SpecError
+from mltcp.lab import backends, metrics, schedule
+from mltcp.lab.plan import RunPlan, resolve
+from mltcp.lab.scenario import (
+    DEDICATED,
+    MAX_COMPUTE_MS,
+    MAX_HOSTS,
+    MAX_ITERATIONS,
+    Scenario,
+    Scheme,
+    load_scenario,
+    parse_scenario,
+)
+from mltcp.lab.trace import Trace, provenance
 
 SCHEME_PARAMS = ("slope", "intercept", "cap")
 SCENARIO_PARAMS = ("load", "compute_ms", "compute_jitter_ms", "jobs", "iterations")
 PARAMS = SCHEME_PARAMS + SCENARIO_PARAMS
+MAX_LOAD = 1e6
+# Each axis value is checked by the bounds of the field it sets (see parse_grid).
+_AXIS_CHECKS: dict[str, Callable[[Any, str], float]] = {
+    "slope": lambda v, f: validate.number(v, f, 0, MAX_SLOPE, "0.5,1,2,4"),
+    "intercept": lambda v, f: validate.number(v, f, MIN_INTERCEPT, MAX_INTERCEPT, "0.5,1,2"),
+    "cap": lambda v, f: validate.number(v, f, MIN_INTERCEPT, MAX_CAP, "2,4"),
+    "load": lambda v, f: validate.number(v, f, 0, MAX_LOAD, "0.5,1,2", lo_open=True),
+    "compute_ms": lambda v, f: validate.number(v, f, 0, MAX_COMPUTE_MS, "60,120",
+                                               lo_open=True),
+    "compute_jitter_ms": lambda v, f: validate.number(v, f, 0, MAX_COMPUTE_MS, "0,10"),
+    "jobs": lambda v, f: validate.integer(v, f, 1, MAX_HOSTS // 2, "2,3,4"),
+    "iterations": lambda v, f: validate.integer(v, f, 1, MAX_ITERATIONS, "20,40"),
+}
 _INT_PARAMS = ("jobs", "iterations")
 DEFAULT_CHUNK = 256
-BACKENDS = ("fluid", "ns3")
 
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """What to sweep: a scenario, the MLTCP scheme to vary, the grid, the seeds."""
+    """What to sweep: a scenario, the MLTCP scheme to vary, the grid, the seeds, and the
+    backend (a registry name) with the options its constructor takes."""
 
     scenario: Scenario
     scheme: Scheme
     grid: dict[str, tuple[float, ...]]
     seeds: tuple[int, ...]
-    options: FluidOptions = field(default_factory=FluidOptions)
     backend: str = "fluid"
+    backend_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise SpecError("backend", f"sweeps run on {' or '.join(BACKENDS)}, not "
-                            f"{self.backend!r}", "use --backend fluid (fast) or ns3 "
-                            "(packet level)")
+        if self.engine().capabilities.exclusive_host:
+            raise SpecError("backend", f"the {self.backend} backend drives this host's "
+                            "kernel in real time, one run at a time", "sweep on a model or "
+                            "simulator backend (`mltcp backends`), e.g. --backend fluid")
 
     def points(self) -> list[dict[str, float]]:
         """Every combination of the grid's values, in a stable order."""
@@ -80,9 +108,14 @@ class SweepSpec:
         return [dict(zip(names, values, strict=True))
                 for values in itertools.product(*(self.grid[n] for n in names))]
 
+    def engine(self):  # type: ignore[no-untyped-def]
+        """The sweep's backend, from the registry."""
+        return backends.get(self.backend, **self.backend_options)
+
 
 def parse_grid(items: Iterable[str]) -> dict[str, tuple[float, ...]]:
-    """``["slope=0.5,1,2", "jobs=2,3"]`` -> {"slope": (0.5, 1.0, 2.0), "jobs": (2, 3)}."""
+    """``["slope=0.5,1,2", "jobs=2,3"]`` -> {"slope": (0.5, 1.0, 2.0), "jobs": (2, 3)},
+    every value checked against the bounds of the field it sets."""
     grid: dict[str, tuple[float, ...]] = {}
     for item in items:
         name, sep, values = item.partition("=")
@@ -95,17 +128,17 @@ def parse_grid(items: Iterable[str]) -> dict[str, tuple[float, ...]]:
                             f"use one of: {', '.join(PARAMS)}")
         if name in grid:
             raise SpecError(f"param.{name}", "given twice", "list all its values once")
-        try:
-            parsed = tuple(float(v) for v in values.split(","))
-        except ValueError:
-            raise SpecError(f"param.{name}", f"{values!r} has a value that is not a number",
-                            "give numbers separated by commas") from None
-        if name in _INT_PARAMS:
-            if any(v != int(v) or v < 1 for v in parsed):
-                raise SpecError(f"param.{name}", f"{values!r} are not whole numbers >= 1",
-                                "give counts such as 2,3,4")
-            parsed = tuple(int(v) for v in parsed)
-        grid[name] = parsed
+        parsed = []
+        for text in values.split(","):
+            try:
+                value: float = int(text) if name in _INT_PARAMS else float(text)
+            except ValueError:
+                kind = "a whole number" if name in _INT_PARAMS else "a number"
+                raise SpecError(f"param.{name}", f"{text.strip()!r} is not {kind}",
+                                "give values separated by commas, e.g. "
+                                + ("2,3,4" if name in _INT_PARAMS else "0.5,1,2")) from None
+            parsed.append(_AXIS_CHECKS[name](value, f"param.{name}"))
+        grid[name] = tuple(parsed)
     if not grid:
         raise SpecError("param", "no parameter to sweep", "give e.g. --param slope=0.5,1,2,4")
     return grid
@@ -136,57 +169,58 @@ def _mltcp_scheme(scenario: Scenario, name: str | None) -> Scheme:
 
 
 def make_spec(scenario_ref: str, params: Iterable[str], seeds: str = "0",
-              scheme: str | None = None, options: FluidOptions | None = None,
-              backend: str = "fluid") -> SweepSpec:
-    """A sweep from CLI-style inputs (validated)."""
+              scheme: str | None = None, backend: str = "fluid",
+              backend_options: Mapping[str, Any] | None = None) -> SweepSpec:
+    """A sweep from CLI-style inputs, every grid point validated before anything runs."""
     scenario = load_scenario(scenario_ref)
     spec = SweepSpec(scenario, _mltcp_scheme(scenario, scheme), parse_grid(params),
-                     parse_seeds(seeds), options or FluidOptions(), backend)
-    for point in spec.points()[:1] + spec.points()[-1:]:
+                     parse_seeds(seeds), backend, dict(backend_options or {}))
+    for point in spec.points():
         variant(spec, point)        # fail now, not in a worker, on a bad value
     return spec
 
 
 def variant(spec: SweepSpec, point: Mapping[str, float]) -> tuple[Scenario, Scheme]:
-    """The scenario and scheme of one grid point."""
-    sc, scheme = spec.scenario, spec.scheme
-    agg = {k: point[k] for k in SCHEME_PARAMS if k in point}
-    if agg:
-        scheme = dataclasses.replace(scheme, mltcp=True, **agg)
-        scheme.aggressiveness.validate()
+    """The scenario and scheme of one grid point, parsed (and so validated) as a
+    scenario file would be."""
+    data = spec.scenario.to_dict()
+    scheme = {**spec.scheme.to_dict(), "mltcp": True,
+              **{k: point[k] for k in SCHEME_PARAMS if k in point}}
+    data["schemes"] = [scheme]
     if "jobs" in point:
-        sc = _copies(sc, int(point["jobs"]))
-    jobs = list(sc.jobs)
-    if "load" in point:
-        if point["load"] <= 0:
-            raise SpecError("param.load", f"{point['load']} is not positive", "use e.g. 0.5,1,2")
-        jobs = [dataclasses.replace(j, bytes_per_worker=max(1, round(j.bytes_per_worker
-                                                                        * point["load"])))
-                for j in jobs]
-    if "compute_ms" in point:
-        if point["compute_ms"] < 0:
-            raise SpecError("param.compute_ms", f"{point['compute_ms']} is negative",
-                            "use compute times >= 0")
-        jobs = [dataclasses.replace(j, compute_ms=point["compute_ms"]) for j in jobs]
-    if "compute_jitter_ms" in point:
-        if point["compute_jitter_ms"] < 0:
-            raise SpecError("param.compute_jitter_ms", f"{point['compute_jitter_ms']} is "
-                            "negative", "use standard deviations >= 0 (ms)")
-        jobs = [dataclasses.replace(j, compute_jitter_ms=point["compute_jitter_ms"])
-                for j in jobs]
-    if "iterations" in point:
-        jobs = [dataclasses.replace(j, iterations=int(point["iterations"])) for j in jobs]
-    return dataclasses.replace(sc, jobs=tuple(jobs)), scheme
+        data = _copies(data, int(point["jobs"]))
+    for job in data["jobs"]:
+        if "load" in point:
+            job["bytes_per_iteration"] = max(1, round(job["bytes_per_iteration"]
+                                                      * point["load"]))
+        for key in ("compute_ms", "compute_jitter_ms", "iterations"):
+            if key in point:
+                job[key] = point[key]
+    where = ", ".join(f"{k}={validate.fmt(v)}" for k, v in point.items())
+    sc = parse_scenario(data, f"sweep point {where}")
+    return sc, sc.schemes[0]
 
 
-def _copies(sc: Scenario, n: int) -> Scenario:
-    base: ScenarioJob = sc.jobs[0]
-    topo = sc.topology
-    if topo.kind == "dumbbell" and topo.hosts < 2 * n * max(1, base.workers // 2):
-        topo = dataclasses.replace(topo, hosts=2 * n * max(1, base.workers // 2))
-    jobs = tuple(dataclasses.replace(base, name=f"j{i + 1}", placement=None)
-                 for i in range(n))
-    return dataclasses.replace(sc, topology=topo, jobs=jobs)
+def _copies(data: dict[str, Any], n: int) -> dict[str, Any]:
+    """N identical copies of the first job (j1..jN); a dumbbell grows so that every
+    copy gets fresh hosts."""
+    base = dict(data["jobs"][0])
+    base.pop("placement", None)
+    topo = dict(data["topology"])
+    want = 2 * n * max(1, base["workers"] // 2)
+    if topo["kind"] == "dumbbell" and topo["hosts"] < want:
+        topo["hosts"] = want
+    return {**data, "topology": topo,
+            "jobs": [{**base, "name": f"j{i + 1}"} for i in range(n)]}
+
+
+def point_plans(spec: SweepSpec, point: Mapping[str, float], seed: int
+                ) -> tuple[RunPlan, list[RunPlan]]:
+    """A point's plan and its jobs' dedicated plans (each job alone)."""
+    sc, scheme = variant(spec, point)
+    plans = schedule.apply([resolve(sc, scheme, seed),
+                            *(resolve(sc, DEDICATED, seed, only_job=j.name) for j in sc.jobs)])
+    return plans[0], plans[1:]
 
 
 # --------------------------------------------------------------------------- execution
@@ -214,19 +248,20 @@ def _scenario_key(point: Mapping[str, float], seed: int) -> tuple:
 
 
 def run_chunk(spec: SweepSpec, chunk: Sequence[tuple[dict, int]]) -> list[dict[str, Any]]:
-    """Rows of one chunk: the points' runs and their dedicated baselines, one batch."""
-    runs: list[Run] = []
+    """Rows of one chunk: the points' runs and their dedicated baselines, one call of a
+    batched backend."""
+    plans: list[RunPlan] = []
     point_runs: list[int] = []
     dedicated_runs: dict[tuple, list[int]] = {}
     for point, seed in chunk:
-        sc, scheme = variant(spec, point)
-        point_runs.append(len(runs))
-        runs.append(Run(sc, scheme, seed))
+        plan, dedicated = point_plans(spec, point, seed)
+        point_runs.append(len(plans))
+        plans.append(plan)
         key = _scenario_key(point, seed)
         if key not in dedicated_runs:
-            dedicated_runs[key] = list(range(len(runs), len(runs) + len(sc.jobs)))
-            runs += [Run(sc, DEDICATED, seed, only_job=j.name) for j in sc.jobs]
-    traces = run_many(runs, spec.options, record_links=False)
+            dedicated_runs[key] = list(range(len(plans), len(plans) + len(dedicated)))
+            plans += dedicated
+    traces = _run_all(spec, plans)
     rows = []
     for (point, seed), index in zip(chunk, point_runs, strict=True):
         ded = metrics.dedicated_means(traces[i] for i in dedicated_runs[_scenario_key(point,
@@ -235,36 +270,43 @@ def run_chunk(spec: SweepSpec, chunk: Sequence[tuple[dict, int]]) -> list[dict[s
     return rows
 
 
-def run_ns3_dedicated(spec: SweepSpec, point: Mapping[str, float], seed: int,
-                      job: str) -> dict[str, float]:
-    """One job of a point's scenario alone on ns-3: {job: mean iteration time}."""
-    from mltcp.lab.ns3.backend import run_once
+def _run_all(spec: SweepSpec, plans: Sequence[RunPlan]) -> list[Trace]:
+    engine = spec.engine()
+    for plan in plans:
+        engine.check(plan)
+    traces: list[Trace | None] = [None] * len(plans)
+    for index, trace in engine.run(plans):
+        traces[index] = trace
+    return [t for t in traces if t is not None]
 
-    sc, _ = variant(spec, point)
-    return metrics.dedicated_means([run_once(sc, DEDICATED, seed, only_job=job)])
+
+def run_dedicated(spec: SweepSpec, point: Mapping[str, float], seed: int,
+                  job: str) -> dict[str, float]:
+    """One job of a point's scenario alone: {job: mean iteration time}."""
+    _, dedicated = point_plans(spec, point, seed)
+    [trace] = _run_all(spec, [p for p in dedicated if p.only_job == job])
+    return metrics.dedicated_means([trace])
 
 
-def run_ns3_point(spec: SweepSpec, point: Mapping[str, float], seed: int,
-                  *dedicated: Mapping[str, float]) -> dict[str, Any]:
-    """One grid point on ns-3, with its jobs' dedicated means (from their own tasks)."""
-    from mltcp.lab.ns3.backend import run_once
-
-    sc, scheme = variant(spec, point)
-    return _row(point, seed, run_once(sc, scheme, seed),
-                {k: v for d in dedicated for k, v in d.items()})
+def run_point(spec: SweepSpec, point: Mapping[str, float], seed: int,
+              *dedicated: Mapping[str, float]) -> dict[str, Any]:
+    """One grid point alone, with its jobs' dedicated means (from their own tasks)."""
+    plan, _ = point_plans(spec, point, seed)
+    [trace] = _run_all(spec, [plan])
+    return _row(point, seed, trace, {k: v for d in dedicated for k, v in d.items()})
 
 
 def _row(point: Mapping[str, float], seed: int, trace: Any,
          dedicated: Mapping[str, float]) -> dict[str, Any]:
     summary = metrics.summarize(trace, dedicated)
     jobs = summary["jobs"].values()
-    last = [float(np.mean(j["overlap"][-5:])) for j in jobs]
     conv = summary["overall"]["convergence_iteration"]
     return {**point, "seed": seed, "convergence_iteration": conv, "converged": conv is not None,
             "mean_iteration_s": float(np.mean([j["mean"] for j in jobs])),
             "p99_iteration_s": max(j["p99"] for j in jobs),
             "ratio_to_dedicated": summary["overall"]["mean_ratio_to_dedicated"],
-            "overlap_last5": float(np.mean(last))}
+            "overlap_last5": float(np.mean([metrics.overlap_last(j["overlap"])
+                                            for j in jobs]))}
 
 
 def _progress_line(done: int, total: int, started: float) -> None:
@@ -286,12 +328,10 @@ def execute(spec: SweepSpec, scheduler: str | None = None, workers: int | None =
     try:
         from distributed import Client, LocalCluster
     except ImportError:
-        raise SpecError("sweep", "Dask is not installed",
-                        "pip install 'mltcp[sweep]' (dask[distributed], pandas, pyarrow)") from None
-    if spec.backend == "ns3":
-        from mltcp.lab.ns3.backend import require_ns3
-
-        require_ns3()         # say so before a cluster starts
+        raise CapabilityError("sweeps run on Dask, which is not installed: "
+                              "pip install 'mltcp[sweep]'") from None
+    engine = spec.engine()
+    engine.require()                  # say so before a cluster starts
     started = time.monotonic()
     cluster = None
     if scheduler:
@@ -301,8 +341,9 @@ def execute(spec: SweepSpec, scheduler: str | None = None, workers: int | None =
                                processes=True, dashboard_address=None)
         client = Client(cluster)
     try:
-        rows = (_submit_ns3(client, spec, progress, started) if spec.backend == "ns3"
-                else _submit_fluid(client, spec, chunk_size, progress, started))
+        rows = (_submit_chunks(client, spec, chunk_size, progress, started)
+                if engine.capabilities.batched
+                else _submit_runs(client, spec, progress, started))
     finally:
         client.close()
         if cluster is not None:
@@ -313,9 +354,9 @@ def execute(spec: SweepSpec, scheduler: str | None = None, workers: int | None =
                                                         sort_keys=True), r["seed"])])
 
 
-def _submit_fluid(client: Any, spec: SweepSpec, chunk_size: int | None,
-                  progress: Callable[[int, int, float], None] | None,
-                  started: float) -> list[dict[str, Any]]:
+def _submit_chunks(client: Any, spec: SweepSpec, chunk_size: int | None,
+                   progress: Callable[[int, int, float], None] | None,
+                   started: float) -> list[dict[str, Any]]:
     from distributed import as_completed
 
     if chunk_size is None:
@@ -335,11 +376,11 @@ def _submit_fluid(client: Any, spec: SweepSpec, chunk_size: int | None,
     return [r for k in sorted(results) for r in results[k]]
 
 
-def _submit_ns3(client: Any, spec: SweepSpec,
-                progress: Callable[[int, int, float], None] | None,
-                started: float) -> list[dict[str, Any]]:
-    """Dedicated runs once per (scenario variant, seed, job); every point waits for its
-    own (Dask passes a finished future's result as the argument)."""
+def _submit_runs(client: Any, spec: SweepSpec,
+                 progress: Callable[[int, int, float], None] | None,
+                 started: float) -> list[dict[str, Any]]:
+    """One task per run.  Dedicated runs once per (scenario variant, seed, job); every
+    point waits for its own (Dask passes a finished future's result as the argument)."""
     from distributed import as_completed
 
     dedicated: dict[tuple, Any] = {}
@@ -351,8 +392,8 @@ def _submit_ns3(client: Any, spec: SweepSpec,
             for job in sc.jobs:
                 if (key, job.name) not in dedicated:
                     dedicated[key, job.name] = client.submit(
-                        run_ns3_dedicated, spec, point, seed, job.name, pure=False)
-            points.append(client.submit(run_ns3_point, spec, point, seed,
+                        run_dedicated, spec, point, seed, job.name, pure=False)
+            points.append(client.submit(run_point, spec, point, seed,
                                         *(dedicated[key, j.name] for j in sc.jobs),
                                         pure=False))
     everything = [*dedicated.values(), *points]
@@ -388,11 +429,12 @@ def write(spec: SweepSpec, rows: list[dict[str, Any]], out_dir: str | Path,
                 ratio_to_dedicated=("ratio_to_dedicated", "mean"),
                 overlap_last5=("overlap_last5", "mean"))
            .reset_index())
+    options = spec.backend_options.get("options")
     summary = {"schema": "mltcp.sweep/1", "scenario": spec.scenario.name,
                "scheme": spec.scheme.to_dict(), "grid": {k: list(v) for k, v in
                                                          spec.grid.items()},
                "seeds": list(spec.seeds), "backend": spec.backend,
-               "f_steps": spec.options.f_steps if spec.backend == "fluid" else None,
+               "f_steps": getattr(options, "f_steps", None),
                "table": path.name, "points": json.loads(agg.to_json(orient="records")),
                "provenance": provenance({"backend": spec.backend})}
     (out / "sweep.json").write_text(json.dumps(summary, indent=2) + "\n")

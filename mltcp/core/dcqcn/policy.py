@@ -54,6 +54,9 @@ MODE_KNOBS: dict[Mode, tuple[str, ...]] = {
     Mode.TIMER: tuple(k.name for k in KNOB_BY_NAME.values() if k.scaling is Scaling.TIMER),
 }
 DEFAULT_F_STEP = 0.125
+# How often the tuner reads the NIC's byte counter and re-evaluates F: a few hundred
+# firmware counter queries a second.  The DCQCN model polls at the same period.
+DEFAULT_POLL_NS = 2_000_000
 
 
 @dataclass(frozen=True)

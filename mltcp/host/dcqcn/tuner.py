@@ -44,14 +44,13 @@ from types import TracebackType
 
 from mltcp.core.aggressiveness import FP_ONE
 from mltcp.core.dcqcn.knobs import KNOB_BY_NAME, knob
-from mltcp.core.dcqcn.policy import DcqcnPolicy
+from mltcp.core.dcqcn.policy import DEFAULT_POLL_NS, DcqcnPolicy
 from mltcp.core.errors import CapabilityError, SpecError
 from mltcp.core.iteration import IterationTracker
 from mltcp.host.dcqcn.backends import Backend, DryRunBackend
 from mltcp.host.dcqcn.counters import ByteCounter, DeltaSampler
 from mltcp.host.dcqcn.snapshot import RestoreReport, StateFile, restore
 
-DEFAULT_POLL_NS = 2_000_000  # 2 ms: a few hundred firmware counter queries a second
 DEFAULT_GAP_NS = 10_000_000  # 10 ms of silence is a compute phase (>= 2 polls)
 BASES = ("current", "mlx5")
 

@@ -33,21 +33,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from mltcp.core.errors import MltcpError, SpecError
+from mltcp.core.errors import MltcpError
 from mltcp.host import datapath, jobs, maps
 from mltcp.lab.emulation.fabric import Fabric, dumbbell, leaf_spine
 from mltcp.lab.emulation.jobdriver import DRIVER_MODULE, DriverSpec, WorkerSpec
-from mltcp.lab.graph import ring_link_ids
-from mltcp.lab.scenario import (
-    Scenario,
-    ScenarioJob,
-    Scheme,
-    compute_jitter_ms,
-    ecn_threshold_bytes,
-    idle_gap_ms,
-    placement,
-    start_offsets_ms,
-)
+from mltcp.lab.plan import JobPlan, RunPlan
+from mltcp.lab.scenario import Scenario, Scheme
 from mltcp.lab.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace, provenance
 
 JOB_PREFIX = "tb-"            # MLTCP jobs the testbed attaches (testbed clean removes them)
@@ -128,17 +119,11 @@ def _marker_counts() -> dict[tuple[str, str], int]:
     return out
 
 
-def run_once(scenario: Scenario, scheme: Scheme, seed: int, only_job: str | None = None,
-             progress: Progress | None = None) -> Trace:
-    """Run the scenario (or one of its jobs alone, for the dedicated baseline) once."""
+def run_plan(plan: RunPlan, progress: Progress | None = None) -> Trace:
+    """Run one plan (a scenario under a scheme and seed, or one job alone for the
+    dedicated baseline) on the testbed; its common trace."""
     say = progress or (lambda _msg: None)
-    run_jobs = [j for j in scenario.jobs if only_job in (None, j.name)]
-    for index, job in enumerate(scenario.jobs):
-        if job.phases is not None:
-            raise SpecError(f"jobs[{index}].phases", "the netns backend runs one "
-                            "communication phase per iteration",
-                            "run model-parallel phases with --backend fluid, or give "
-                            "compute_ms instead of phases")
+    scenario, scheme, seed = plan.scenario, plan.scheme, plan.seed
     module, cc = _module(scheme)
     if module:
         datapath.require_bpf()
@@ -146,32 +131,25 @@ def run_once(scenario: Scenario, scheme: Scheme, seed: int, only_job: str | None
     if module and module not in datapath.loaded_modules():
         we_loaded = datapath.load([module])
     attached: list[str] = []
-    places = placement(scenario)
-    offsets = start_offsets_ms(scenario, seed)
-    jitter = compute_jitter_ms(scenario, seed)
     try:
         with build_fabric(scenario) as fab:
-            threshold = ecn_threshold_bytes(scenario.topology, scheme)
+            threshold = plan.ecn_threshold_bytes
             if threshold is not None:
                 _attach_markers(fab, threshold)
-            specs, job_links = [], {}
+            specs = []
             t0 = time.monotonic() + SETUP_S
             tmp = Path(tempfile.mkdtemp(prefix="mltcp-tb-"))
-            for index, job in enumerate(scenario.jobs):
-                if job not in run_jobs:
-                    continue
-                hosts = places[job.name]
-                port = BASE_PORT + index
+            for job in plan.active_jobs:
+                port = BASE_PORT + job.index
                 workers = [WorkerSpec(f"/run/netns/{fab.ns(h)}", fab.host_addr(h), port)
-                           for h in hosts]
-                job_links[job.name] = ring_link_ids(fab.graph, hosts)
+                           for h in job.hosts]
                 if scheme.mltcp:
-                    attached += _attach_workers(job, scheme, fab, hosts, port)
+                    attached += _attach_workers(job, scheme, fab, port)
                 specs.append(DriverSpec(
-                    job=job.name, workers=workers, cc=cc, connections=job.connections,
-                    compute_ms=job.compute_ms, bytes_per_worker=job.comm_bytes_per_worker(),
-                    iterations=job.iterations, t0=t0,
-                    start_offset_ms=offsets[job.name], compute_jitter_ms=jitter[job.name],
+                    job=job.name, workers=workers, cc=cc, connections=job.spec.connections,
+                    compute_ms=job.spec.compute_ms, bytes_per_worker=job.comm_bytes_per_worker,
+                    iterations=job.spec.iterations, t0=t0,
+                    start_offset_ms=job.start_ms, compute_jitter_ms=list(job.compute_jitter_ms),
                     out=str(tmp / f"{job.name}.json"),
                     listener_cc=cc if scheme.cc == "dctcp" else None))
             sampler = _LinkSampler(fab, t0, threshold is not None)
@@ -182,7 +160,8 @@ def run_once(scenario: Scenario, scheme: Scheme, seed: int, only_job: str | None
                 procs.append(subprocess.Popen([sys.executable, "-m", DRIVER_MODULE,
                                                str(path)], stderr=subprocess.PIPE, text=True))
             sampler.start()
-            expected = max(j.iterations * (j.compute_ms / 1000) for j in run_jobs)
+            expected = max(j.spec.iterations * (j.spec.compute_ms / 1000)
+                           for j in plan.active_jobs)
             next_say = time.monotonic() + 1.0
             while any(p.poll() is None for p in procs):
                 time.sleep(SAMPLE_S / 2)   # stop sampling as soon as the jobs are done
@@ -198,10 +177,10 @@ def run_once(scenario: Scenario, scheme: Scheme, seed: int, only_job: str | None
                 if proc.returncode != 0:
                     raise MltcpError(f"job {spec.job} failed: {proc.stderr.read().strip()}")
             job_traces = []
-            for spec in specs:
+            for spec, job in zip(specs, plan.active_jobs, strict=True):
                 result = json.loads(Path(spec.out).read_text())
                 job_traces.append(JobTrace(
-                    name=spec.job, links=tuple(job_links[spec.job]),
+                    name=spec.job, links=job.links,
                     iterations=tuple(IterationRecord(**it) for it in result["iterations"])))
             link_traces = tuple(
                 LinkTrace(id=key, capacity_bps=_capacity(fab, key) * 1e6,
@@ -210,7 +189,7 @@ def run_once(scenario: Scenario, scheme: Scheme, seed: int, only_job: str | None
             return Trace(scenario=scenario.name, scheme=scheme.name, backend="netns", seed=seed,
                          jobs=tuple(job_traces), links=link_traces,
                          provenance=provenance({"topology": scenario.topology.to_dict()}),
-                         params={**scheme.to_dict(), "only_job": only_job})
+                         params=plan.trace_params())
     finally:
         for name in attached:
             with contextlib.suppress(Exception):
@@ -235,17 +214,15 @@ def _attach_markers(fab: Fabric, k_bytes: int) -> None:
                                                                 netns=fab.ns(port.node))
 
 
-def _attach_workers(job: ScenarioJob, scheme: Scheme, fab: Fabric, hosts: tuple[str, ...],
-                    port: int) -> list[str]:
+def _attach_workers(job: JobPlan, scheme: Scheme, fab: Fabric, port: int) -> list[str]:
     names = []
     agg = scheme.aggressiveness
-    for i, _host in enumerate(hosts):
-        succ = hosts[(i + 1) % len(hosts)]
-        name = f"{JOB_PREFIX}{job.name}-w{i}"
-        jobs.attach(jobs.JobSpec(name=name, cc=scheme.cc, budget=job.comm_bytes_per_worker(),
+    for flow in job.flows:
+        name = f"{JOB_PREFIX}{job.name}-w{flow.worker}"
+        jobs.attach(jobs.JobSpec(name=name, cc=scheme.cc, budget=job.comm_bytes_per_worker,
                                  slope=agg.slope, intercept=agg.intercept, cap=agg.cap,
-                                 gap_ms=idle_gap_ms(job), stale_s=0,
-                                 rules=(maps.Rule(fab.host_addr(succ), port),)))
+                                 gap_ms=job.idle_gap_ms, stale_s=0,
+                                 rules=(maps.Rule(fab.host_addr(flow.dst), port),)))
         names.append(name)
     return names
 

@@ -36,8 +36,8 @@ from dataclasses import asdict, dataclass, field
 from types import FrameType
 from typing import Any
 
-from mltcp.core.budget import parse_bytes
 from mltcp.core.errors import MltcpError, SpecError
+from mltcp.core.validate import parse_bytes
 from mltcp.lab.trace import IterationRecord
 
 TCP_CONGESTION = getattr(socket, "TCP_CONGESTION", 13)

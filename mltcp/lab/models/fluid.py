@@ -45,17 +45,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mltcp.core.aggressiveness import f_array
 from mltcp.core.errors import SpecError
-from mltcp.lab.graph import NetworkGraph, directed_id, graph_for, ring_flow_path, ring_link_ids
 from mltcp.lab.models.jobphases import JobPhases
-from mltcp.lab.scenario import (
-    JobPhase,
-    Scenario,
-    Scheme,
-    compute_jitter_ms,
-    placement,
-    start_offsets_ms,
+from mltcp.lab.models.lanes import (
+    Batch,
+    build_batch,
+    link_rates_bps,
+    sample_intervals,
+    structure,
+    structure_key,
 )
+from mltcp.lab.plan import RunPlan
 from mltcp.lab.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace, provenance
 
 DEFAULT_F_STEPS = 8
@@ -88,53 +89,6 @@ class FluidOptions:
 
 
 # --------------------------------------------------------------------------- batch
-
-
-@dataclass
-class Batch:
-    """Lanes of runs that share one structure: J jobs, F flows, K links, P phases.
-
-    Per-lane arrays have the lane as their first axis (L).  Times in seconds,
-    sizes in bytes, capacities in payload bytes per second.
-    """
-
-    job_names: list[str]
-    link_ids: list[str]
-    flow_job: np.ndarray          # (F,) job index of each flow
-    incidence: np.ndarray         # (L, F, K) 1.0 where the flow crosses the link
-    capacity: np.ndarray          # (L, K)
-    flow_bytes: np.ndarray        # (L, F) bytes per iteration
-    phase_fraction: np.ndarray    # (L, J, P) share of the iteration's bytes per phase
-    phase_compute: np.ndarray     # (L, J, P) compute seconds before each phase's communication
-    weight: np.ndarray            # (L, F) connections (F multiplies this)
-    slope: np.ndarray             # (L,)
-    intercept: np.ndarray         # (L,)
-    cap: np.ndarray               # (L,) inf = no cap
-    iterations: np.ndarray        # (L, J) int; 0 = the job does not run in this lane
-    start: np.ndarray             # (L, J) first iteration's start
-    jitter: np.ndarray | None = None   # (L, J, N) seconds added to iteration k's first compute
-
-    @property
-    def lanes(self) -> int:
-        return self.capacity.shape[0]
-
-    def check(self) -> None:
-        """Shapes agree (a mismatch would broadcast silently into nonsense)."""
-        n_lanes, n_jobs, n_flows = self.lanes, len(self.job_names), len(self.flow_job)
-        n_links = len(self.link_ids)
-        n_phases = self.phase_compute.shape[2]
-        want = {"incidence": (n_lanes, n_flows, n_links), "capacity": (n_lanes, n_links),
-                "flow_bytes": (n_lanes, n_flows),
-                "phase_fraction": (n_lanes, n_jobs, n_phases),
-                "phase_compute": (n_lanes, n_jobs, n_phases), "weight": (n_lanes, n_flows),
-                "slope": (n_lanes,), "intercept": (n_lanes,), "cap": (n_lanes,),
-                "iterations": (n_lanes, n_jobs), "start": (n_lanes, n_jobs)}
-        if self.jitter is not None:
-            want["jitter"] = (n_lanes, n_jobs, max(int(self.iterations.max(initial=0)), 1))
-        for name, shape in want.items():
-            if getattr(self, name).shape != shape:
-                raise SpecError(f"batch.{name}", f"shape {getattr(self, name).shape}",
-                                f"give shape {shape}")
 
 
 @dataclass
@@ -277,8 +231,7 @@ class _Simulation(JobPhases):
         """Move every lane to its next event; False when no lane has one left."""
         b = self.b
         busy = self.rem > self.tol
-        ratio = np.minimum(self.sent * self.inv_bytes, 1.0)
-        f = np.minimum(self.intercept + self.slope * ratio, self.cap)
+        f = f_array(self.sent * self.inv_bytes, self.slope, self.intercept, self.cap)
         rate = _weighted_max_min(np.where(busy, f * b.weight, 0.0), self.routing, b.capacity)
         moving = busy & (rate > 0)
         inf = np.full_like(rate, np.inf)
@@ -327,128 +280,7 @@ def simulate(batch: Batch, options: FluidOptions | None = None,
                     "raise FluidOptions.max_steps or run fewer iterations")
 
 
-# --------------------------------------------------------------------------- scenarios
-
-
-@dataclass(frozen=True)
-class _Structure:
-    """What one scenario contributes to a batch lane, before stacking."""
-
-    graph: NetworkGraph
-    link_ids: list[str]
-    flow_job: list[int]
-    flow_links: list[list[int]]
-    flow_bytes: list[float]
-    weight: list[float]
-    job_links: dict[str, list[str]]
-
-
-def structure(scenario: Scenario, seed: int) -> _Structure:
-    """A run's flows (one per ring worker, on its seed's ECMP path), the directed
-    links they cross, and their bytes and weights: what the fluid model and the
-    DCQCN model (:mod:`mltcp.lab.models.dcqcn.simulate`) both run on."""
-    graph = graph_for(scenario.topology)
-    link_ids = [directed_id(link, a, b) for link in graph.links if link.rate_mbit
-                for a, b in ((link.a, link.b), (link.b, link.a))]
-    index = {lid: k for k, lid in enumerate(link_ids)}
-    places = placement(scenario)
-    flow_job, flow_links, flow_bytes, weight, job_links = [], [], [], [], {}
-    for j, job in enumerate(scenario.jobs):
-        hosts = places[job.name]
-        job_links[job.name] = ring_link_ids(graph, hosts)
-        for i in range(len(hosts)):
-            hops = ring_flow_path(graph, hosts, i, seed, job.name)
-            flow_job.append(j)
-            flow_links.append([index[directed_id(link, a, b)] for a, b, link in hops
-                               if link.rate_mbit])
-            flow_bytes.append(float(job.comm_bytes_per_worker()))
-            weight.append(float(job.connections))
-    return _Structure(graph, link_ids, flow_job, flow_links, flow_bytes, weight, job_links)
-
-
-def _capacities(graph: NetworkGraph, link_ids: Sequence[str], efficiency: float) -> np.ndarray:
-    rate = {link.id: link.rate_mbit for link in graph.links}
-    return np.array([rate[lid.split(":", 1)[0]] * 1e6 / 8 * efficiency
-                     for lid in link_ids])
-
-
-@dataclass(frozen=True)
-class Run:
-    """One lane: the scenario, the scheme, the seed, and optionally one job alone
-    (the dedicated baseline)."""
-
-    scenario: Scenario
-    scheme: Scheme
-    seed: int
-    only_job: str | None = None
-
-
-def build_batch(runs: Sequence[Run], structs: Sequence[_Structure] | None = None
-                ) -> tuple[Batch, list[_Structure]]:
-    """Stack runs of one structure (same jobs, links and phase count) into lanes.
-    ``structs``: the runs' structures where the caller has them already."""
-    if not runs:
-        raise SpecError("runs", "empty", "give at least one run")
-    structs = list(structs) if structs is not None else [structure(r.scenario, r.seed)
-                                                         for r in runs]
-    first = structs[0]
-    names = [j.name for j in runs[0].scenario.jobs]
-    for r, s in zip(runs, structs, strict=True):
-        if [j.name for j in r.scenario.jobs] != names or s.link_ids != first.link_ids \
-                or s.flow_job != first.flow_job:
-            raise SpecError("runs", f"{r.scenario.name} has another structure than "
-                            f"{runs[0].scenario.name}", "batch only runs with the same jobs "
-                            "and topology (use run_many, which groups them)")
-    n_lanes, n_flows, n_links = len(runs), len(first.flow_job), len(first.link_ids)
-    incidence = np.zeros((n_lanes, n_flows, n_links))
-    for lane, s in enumerate(structs):
-        for f, links in enumerate(s.flow_links):
-            incidence[lane, f, links] = 1.0
-    # Jobs with fewer phases than the most are padded with empty phases (no compute, no
-    # bytes), which end the instant they start.
-    n_phases = max(len(j.phase_list()) for r in runs for j in r.scenario.jobs)
-    padded = [[[*j.phase_list(), *[JobPhase(0.0, 0.0)] * (n_phases - len(j.phase_list()))]
-               for j in r.scenario.jobs] for r in runs]
-    phase_compute = np.array([[[p.compute_ms / 1000 for p in job] for job in lane]
-                              for lane in padded])
-    phase_fraction = np.array([[[p.share for p in job] for job in lane] for lane in padded])
-    iterations = np.array([[j.iterations if r.only_job in (None, j.name) else 0
-                            for j in r.scenario.jobs] for r in runs], dtype=int)
-    start = np.array([[start_offsets_ms(r.scenario, r.seed)[j.name] / 1000
-                       for j in r.scenario.jobs] for r in runs])
-    n_iter = max(int(iterations.max(initial=0)), 1)
-    jitter = np.zeros((n_lanes, len(names), n_iter))
-    for lane, r in enumerate(runs):
-        drawn = compute_jitter_ms(r.scenario, r.seed)
-        for j, name in enumerate(names):
-            jitter[lane, j, :len(drawn[name])] = np.array(drawn[name]) / 1000
-    aggs = [r.scheme.aggressiveness for r in runs]
-    batch = Batch(
-        job_names=names, link_ids=first.link_ids, flow_job=np.array(first.flow_job),
-        incidence=incidence,
-        capacity=np.stack([_capacities(s.graph, s.link_ids,
-                                       r.scenario.topology.payload_efficiency)
-                           for r, s in zip(runs, structs, strict=True)]),
-        flow_bytes=np.array([s.flow_bytes for s in structs]),
-        phase_fraction=phase_fraction,
-        phase_compute=phase_compute,
-        weight=np.array([s.weight for s in structs]),
-        slope=np.array([a.slope for a in aggs], dtype=float),
-        intercept=np.array([a.intercept for a in aggs], dtype=float),
-        cap=np.array([a.cap if a.cap is not None else np.inf for a in aggs], dtype=float),
-        iterations=iterations, start=start, jitter=jitter)
-    return batch, structs
-
-
-def sample_intervals(times: np.ndarray, cum: np.ndarray,
-                     sample_s: float) -> tuple[np.ndarray, np.ndarray]:
-    """A link's periodic samples from a cumulative byte count at event times: the sample
-    times (every ``sample_s`` up to the last event) and the bytes of each interval
-    before them (the count interpolated between events).  Shared by the models."""
-    end = float(times[-1]) if len(times) else 0.0
-    grid = np.arange(sample_s, end + sample_s / 2, sample_s)
-    at = np.interp(grid, times, cum) if len(grid) else grid
-    return grid, at - np.concatenate([[0.0], at[:-1]])
+# --------------------------------------------------------------------------- plans
 
 
 def _link_samples(times: np.ndarray, cum: np.ndarray, sample_s: float,
@@ -461,19 +293,19 @@ def _link_samples(times: np.ndarray, cum: np.ndarray, sample_s: float,
                        ecn_marks=0, drops=0) for g, b in zip(grid, bps, strict=True)]
 
 
-def to_traces(runs: Sequence[Run], batch: Batch, structs: Sequence[_Structure],
-              result: BatchResult, options: FluidOptions | None = None) -> list[Trace]:
+def to_traces(plans: Sequence[RunPlan], batch: Batch, result: BatchResult,
+              options: FluidOptions | None = None) -> list[Trace]:
     """One common trace per lane (link samples only where links were recorded)."""
     opt = options or FluidOptions()
     traces = []
     base = provenance({"fluid": {"f_steps": opt.f_steps}})  # once: it runs git
-    for lane, (run, s) in enumerate(zip(runs, structs, strict=True)):
+    for lane, plan in enumerate(plans):
         jobs = []
-        for j, job in enumerate(run.scenario.jobs):
+        for j, job in enumerate(plan.jobs):
             if batch.iterations[lane, j] == 0:
                 continue
             recs = []
-            n_phases = len(job.phase_list())
+            n_phases = len(job.spec.phase_list())
             for k in range(int(batch.iterations[lane, j])):
                 vals = [result.start[lane, j, k], result.comm_start[lane, j, k],
                         result.comm_end[lane, j, k], result.end[lane, j, k]]
@@ -483,33 +315,26 @@ def to_traces(runs: Sequence[Run], batch: Batch, structs: Sequence[_Structure],
                         result.phase_start[lane, j, k, :n_phases],
                         result.phase_end[lane, j, k, :n_phases], strict=True))
                 recs.append(IterationRecord(k, *map(float, vals),
-                                            bytes=int(job.comm_bytes_per_worker()
-                                                      * job.workers), phases=phases))
-            jobs.append(JobTrace(name=job.name, links=tuple(s.job_links[job.name]),
-                                 iterations=tuple(recs)))
+                                            bytes=int(job.comm_bytes_per_worker
+                                                      * job.spec.workers), phases=phases))
+            jobs.append(JobTrace(name=job.name, links=job.links, iterations=tuple(recs)))
         links = ()
         if result.link_times:
             times = np.array([x[lane] for x in result.link_times])
             cum = np.array([x[lane] for x in result.link_bytes])
-            caps = {lk.id: lk.rate_mbit for lk in s.graph.links}
-            links = tuple(LinkTrace(id=lid, capacity_bps=caps[lid.split(":", 1)[0]] * 1e6,
+            rates = link_rates_bps(plan)
+            links = tuple(LinkTrace(id=lid, capacity_bps=rates[lid.split(":", 1)[0]],
                                     samples=tuple(_link_samples(
                                         times, cum[:, k], opt.sample_s,
-                                        run.scenario.topology.payload_efficiency)))
-                          for k, lid in enumerate(s.link_ids))
+                                        plan.topology.payload_efficiency)))
+                          for k, lid in enumerate(batch.link_ids))
         traces.append(Trace(
-            scenario=run.scenario.name, scheme=run.scheme.name, backend="fluid",
-            seed=run.seed, jobs=tuple(jobs), links=links,
-            provenance={**base, "topology": run.scenario.topology.to_dict(),
-                        "payload_efficiency": run.scenario.topology.payload_efficiency},
-            params={**run.scheme.to_dict(), "only_job": run.only_job}))
+            scenario=plan.scenario.name, scheme=plan.scheme.name, backend="fluid",
+            seed=plan.seed, jobs=tuple(jobs), links=links,
+            provenance={**base, "topology": plan.topology.to_dict(),
+                        "payload_efficiency": plan.topology.payload_efficiency},
+            params=plan.trace_params()))
     return traces
-
-
-def run_once(scenario: Scenario, scheme: Scheme, seed: int, only_job: str | None = None,
-             options: FluidOptions | None = None) -> Trace:
-    """One run on the fluid model, as one common trace (with link samples)."""
-    return run_many([Run(scenario, scheme, seed, only_job)], options)[0]
 
 
 def hotnets_shift(delta: float, a_t: float, slope: float, intercept: float) -> float:
@@ -527,25 +352,20 @@ def hotnets_shift(delta: float, a_t: float, slope: float, intercept: float) -> f
     return delta + slope * delta * (a_t - delta) / (a_t * intercept + delta * slope)
 
 
-def _structure_key(run: Run, s: _Structure) -> tuple:
-    return (tuple(j.name for j in run.scenario.jobs), tuple(s.link_ids), tuple(s.flow_job))
-
-
-def run_many(runs: Sequence[Run], options: FluidOptions | None = None,
+def run_many(plans: Sequence[RunPlan], options: FluidOptions | None = None,
              record_links: bool = True,
              progress: Callable[[float], None] | None = None) -> list[Trace]:
-    """Traces of ``runs`` in their order; runs of one structure advance as lanes of
+    """Traces of ``plans`` in their order; plans of one structure advance as lanes of
     one batch (one numpy step moves all of them), so N seeds cost about one run."""
-    structures = [structure(run.scenario, run.seed) for run in runs]   # once per run
+    structs = [structure(plan) for plan in plans]
     groups: dict[tuple, list[int]] = {}
-    for i, run in enumerate(runs):
-        groups.setdefault(_structure_key(run, structures[i]), []).append(i)
-    out: list[Trace | None] = [None] * len(runs)
+    for i, plan in enumerate(plans):
+        groups.setdefault(structure_key(plan, structs[i]), []).append(i)
+    out: list[Trace | None] = [None] * len(plans)
     for indices in groups.values():
-        group = [runs[i] for i in indices]
-        batch, structs = build_batch(group, [structures[i] for i in indices])
+        group = [plans[i] for i in indices]
+        batch, _ = build_batch(group, [structs[i] for i in indices])
         result = simulate(batch, options, record_links=record_links, progress=progress)
-        for i, trace in zip(indices, to_traces(group, batch, structs, result, options),
-                            strict=True):
+        for i, trace in zip(indices, to_traces(group, batch, result, options), strict=True):
             out[i] = trace
     return [t for t in out if t is not None]

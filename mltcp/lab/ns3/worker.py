@@ -3,7 +3,9 @@ the common trace.
 
 ns-3 keeps global simulator state and cppyy can abort the interpreter on a C++
 fault, so every run is a fresh ``python -m mltcp.lab.ns3.worker SPEC.json`` process
-(started by :mod:`mltcp.lab.ns3.backend`).  It prints ``progress <sim seconds>`` lines
+(started by :mod:`mltcp.lab.ns3.launch`) that receives its resolved plan
+(:mod:`mltcp.lab.plan`): placement, starts, jitter, idle gaps, ECN thresholds and each
+ring flow's path come from there.  It prints ``progress <sim seconds>`` lines
 on stderr while it runs and writes the trace to the path in the spec.
 
 Network: every node of :func:`mltcp.lab.graph.graph_for` becomes an ns-3 node, every link
@@ -23,16 +25,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mltcp.lab.graph import NetworkGraph, directed_id, graph_for, ring_flow_path, ring_link_ids
-from mltcp.lab.scenario import (
-    Scheme,
-    compute_jitter_ms,
-    ecn_threshold_bytes,
-    idle_gap_ms,
-    parse_scenario,
-    placement,
-    start_offsets_ms,
-)
+from mltcp.lab import plan as plans
+from mltcp.lab.graph import NetworkGraph, directed_id
+from mltcp.lab.plan import JobPlan, RunPlan
+from mltcp.lab.scenario import Scheme
 from mltcp.lab.trace import (
     FlowSample,
     FlowTrace,
@@ -71,10 +67,9 @@ def cc_type(scheme: Scheme) -> str:
     return (MLTCP_TYPES if scheme.mltcp else CC_TYPES)[scheme.cc]
 
 
-def _queue_disc(ns, topo, scheme: Scheme, rate_mbit: float):
+def _queue_disc(ns, topo, k: int | None, rate_mbit: float):
     tch = ns.TrafficControlHelper()
     limit = topo.queue_bytes
-    k = ecn_threshold_bytes(topo, scheme)
     if k is not None:
         tch.SetRootQueueDisc("ns3::RedQueueDisc",
                              "MaxSize", ns.QueueSizeValue(ns.QueueSize(f"{limit}B")),
@@ -106,11 +101,10 @@ class Network:
     ends: dict            # link id -> (devices, interfaces)
 
 
-def build_network(ns, scenario, scheme: Scheme) -> Network:
-    """ns-3 nodes and links for the scenario, routed by global routing (shortest
+def build_network(ns, plan: RunPlan) -> Network:
+    """ns-3 nodes and links for the plan's network, routed by global routing (shortest
     paths; with several, the first: see :func:`route_flows` for multipath)."""
-    topo = scenario.topology
-    graph = graph_for(topo)
+    topo, graph = plan.topology, plan.graph
     nodes = {}
     for name in [*graph.hosts, *graph.switches]:
         container = ns.NodeContainer()
@@ -137,7 +131,7 @@ def build_network(ns, scenario, scheme: Scheme) -> Network:
     host_addr, queues, ends = {}, {}, {}
     for k, (link, devs) in enumerate(zip(graph.links, devices, strict=True)):
         if link.rate_mbit:
-            discs = _queue_disc(ns, topo, scheme, link.rate_mbit).Install(devs)
+            discs = _queue_disc(ns, topo, plan.ecn_threshold_bytes, link.rate_mbit).Install(devs)
             queues[directed_id(link, link.a, link.b)] = discs.Get(0)
             queues[directed_id(link, link.b, link.a)] = discs.Get(1)
         addr.SetBase(ns.Ipv4Address(f"10.{k // 250}.{k % 250}.0"), ns.Ipv4Mask("255.255.255.0"))
@@ -150,16 +144,17 @@ def build_network(ns, scenario, scheme: Scheme) -> Network:
     return Network(graph, nodes, host_addr, queues, ends)
 
 
-def route_flows(gbl, net: Network, hosts, job_name: str, seed: int) -> None:
+def route_flows(gbl, net: Network, job: JobPlan) -> None:
     """Pin each ring flow of a job to its own path through a multipath fabric.
 
     Every switch the flow crosses gets a FlowPathRouting entry (source host,
-    destination host) -> next hop, for the path :func:`mltcp.lab.graph.ring_flow_path`
-    picks: one path per flow as a switch's flow hash gives, and the same path as the
-    fluid model's run of this seed.  ACKs go back on global routing's first path."""
-    for i in range(len(hosts)):
-        src, dst = net.host_addr[hosts[i]], net.host_addr[hosts[(i + 1) % len(hosts)]]
-        for a, _next, link in ring_flow_path(net.graph, hosts, i, seed, job_name):
+    destination host) -> next hop, for the path the plan drew for it
+    (:func:`mltcp.lab.graph.ring_flow_path`: one path per flow as a switch's flow hash
+    gives, and the same path as the fluid model's run of this seed).  ACKs go back on
+    global routing's first path."""
+    for flow in job.flows:
+        src, dst = net.host_addr[flow.src], net.host_addr[flow.dst]
+        for a, _next, link in flow.hops:
             if a not in net.graph.switches:
                 continue
             devs, ifs = net.ends[link.id]
@@ -183,18 +178,6 @@ def _job_config(ns, gbl, job_id: int, node_id: int, budget: int, agg, gap_ns: in
     cfg.Install()
 
 
-def phase_bytes(job) -> list[int]:
-    """Bytes per worker in each phase of an iteration: the shares of the iteration's
-    bytes, rounded so that they add up exactly."""
-    total, cum, out = job.comm_bytes_per_worker(), 0.0, []
-    for phase in job.phase_list():
-        prev = round(cum * total)
-        cum += phase.share
-        out.append(round(min(cum, 1.0) * total) - prev)
-    out[-1] += total - sum(out)
-    return out
-
-
 def _create(cls):
     """A simulation object that C++ ``Ptr`` copies may outlive Python's name for.
 
@@ -211,9 +194,8 @@ def _create(cls):
 
 
 def run(spec: dict) -> Trace:
-    scenario = parse_scenario(spec["scenario"], "spec")
-    scheme = Scheme(**spec["scheme"])
-    seed, only_job = spec["seed"], spec.get("only_job")
+    plan = plans.from_dict(spec["plan"])
+    scenario, scheme, seed = plan.scenario, plan.scheme, plan.seed
     ns, gbl = load_ns3()
     ns.RngSeedManager.SetSeed(1 + seed)
     ns.Config.SetDefault("ns3::TcpSocket::SegmentSize",
@@ -225,60 +207,55 @@ def run(spec: dict) -> Trace:
     # ns-3's minimum RTO is 1 s; Linux's is 200 ms unless the scenario lowers it.
     rto_ms = scenario.topology.rto_min_ms or LINUX_RTO_MIN_MS
     ns.Config.SetDefault("ns3::TcpSocketBase::MinRto", ns.TimeValue(ns.MilliSeconds(rto_ms)))
-    if ecn_threshold_bytes(scenario.topology, scheme) is not None:
+    if plan.ecn_threshold_bytes is not None:
         # Hosts negotiate ECN wherever links mark (as the testbed's hosts, tcp_ecn=1).
         ns.Config.SetDefault("ns3::TcpSocketBase::UseEcn", ns.StringValue("On"))
-    net = build_network(ns, scenario, scheme)
+    net = build_network(ns, plan)
     multipath = scenario.topology.kind != "dumbbell"
-    places = placement(scenario)
-    offsets = start_offsets_ms(scenario, seed)
-    jitter = compute_jitter_ms(scenario, seed)
     agg = scheme.aggressiveness
     jobs = []
-    for index, job in enumerate(scenario.jobs):
-        if only_job not in (None, job.name):
-            continue
+    for jp in plan.active_jobs:
+        job = jp.spec
         tj = _create(gbl.ns3.TrainingJob)
-        hosts = places[job.name]
-        for h in hosts:
+        for h in jp.hosts:
             tj.nodes.push_back(net.nodes[h])
             tj.addrs.push_back(net.host_addr[h])
-        tj.port = 9000 + index
-        for phase, nbytes in zip(job.phase_list(), phase_bytes(job), strict=True):
+        tj.port = 9000 + jp.index
+        for phase, nbytes in zip(job.phase_list(), jp.phase_bytes, strict=True):
             tj.phase_compute_s.push_back(phase.compute_ms / 1000)
             tj.phase_bytes.push_back(nbytes)
         tj.connections = job.connections
         tj.iterations = job.iterations
-        for x in jitter[job.name]:
+        for x in jp.compute_jitter_ms:
             tj.jitter_s.push_back(x / 1000)
         tj.cc_type = cc_type(scheme)
         if scheme.mltcp:
-            tj.job_id = index + 1
-            gap_ns = int(idle_gap_ms(job) * 1e6)
-            for h in hosts:
-                _job_config(ns, gbl, index + 1, net.nodes[h].GetId(),
-                            job.comm_bytes_per_worker(), agg, gap_ns)
+            tj.job_id = jp.index + 1
+            gap_ns = int(jp.idle_gap_ms * 1e6)
+            for h in jp.hosts:
+                _job_config(ns, gbl, jp.index + 1, net.nodes[h].GetId(),
+                            jp.comm_bytes_per_worker, agg, gap_ns)
         if multipath:
-            route_flows(gbl, net, hosts, job.name, seed)
-        tj.Start(offsets[job.name] / 1000)
-        jobs.append((job, tj, hosts))
+            route_flows(gbl, net, jp)
+        tj.Start(jp.start_ms / 1000)
+        jobs.append((jp, tj))
     sampler = _create(gbl.ns3.Sampler)
     link_ids = sorted(net.queues)
     for lid in link_ids:
         sampler.queues.push_back(net.queues[lid])
-    for _, tj, _ in jobs:
+    for _, tj in jobs:
         sampler.jobs.push_back(tj)
     sampler.period_s = SAMPLE_S
     sampler.Start()
     watcher = _create(gbl.ns3.DoneWatcher)
-    for _, tj, _ in jobs:
+    for _, tj in jobs:
         watcher.jobs.push_back(tj)
     watcher.sampler = sampler
     watcher.Start()
     horizon = spec["max_sim_s"]
     started = time.monotonic()
     t = 0.0
-    while t < horizon and not all(tj.done for _, tj, _ in jobs):
+    while t < horizon and not all(tj.done for _, tj in jobs):
         t = min(t + spec.get("progress_step_s", 0.5), horizon)
         ns.Simulator.Stop(ns.Seconds(t) - ns.Simulator.Now())     # Stop takes a delay
         ns.Simulator.Run()
@@ -287,7 +264,8 @@ def run(spec: dict) -> Trace:
     simulation_wall_s = time.monotonic() - started       # without import and compile
     times = list(sampler.times)
     job_traces, flows = [], []
-    for job, tj, hosts in jobs:
+    for jp, tj in jobs:
+        job, hosts = jp.spec, jp.hosts
         if not tj.done:
             raise RuntimeError(f"job {job.name} finished {tj.rec_comm_end.size()} of "
                                f"{job.iterations} iterations within {horizon} s simulated")
@@ -302,8 +280,7 @@ def run(spec: dict) -> Trace:
             recs.append(IterationRecord(k, start, cs, ce, ce,
                                         job.comm_bytes_per_worker() * job.workers,
                                         phases=phases))
-        job_traces.append(JobTrace(job.name, tuple(ring_link_ids(net.graph, hosts)),
-                                   tuple(recs)))
+        job_traces.append(JobTrace(job.name, jp.links, tuple(recs)))
         for i in range(len(hosts)):
             for c in range(job.connections):
                 cwnd = sampler.cwnd[len(flows)]
@@ -330,7 +307,7 @@ def run(spec: dict) -> Trace:
                                         "ns3": {"version": "3.44", "link_delay": LINK_DELAY,
                                                 "cc_type": cc_type(scheme),
                                                 "simulation_wall_s": simulation_wall_s}}),
-                 params={**scheme.to_dict(), "only_job": only_job}, flows=tuple(flows))
+                 params=plan.trace_params(), flows=tuple(flows))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,18 +39,25 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mltcp.core.aggressiveness import FP_ONE, FP_SHIFT, Aggressiveness
-from mltcp.core.dcqcn.policy import DEFAULT_F_STEP, DcqcnPolicy, Mode
+from mltcp.core.aggressiveness import FP_ONE, Aggressiveness, f_fixed
+from mltcp.core.dcqcn.policy import DEFAULT_F_STEP, DEFAULT_POLL_NS, DcqcnPolicy, Mode
 from mltcp.core.errors import SpecError
-from mltcp.host.dcqcn.tuner import DEFAULT_POLL_NS
 from mltcp.lab.models.dcqcn.model import DcqcnModel, Fabric
 from mltcp.lab.models.dcqcn.params import QUEUE_SLOT_BYTES, ModelParams, ScaledKnobs
-from mltcp.lab.models.fluid import Batch, Run, build_batch, sample_intervals, structure
 from mltcp.lab.models.jobphases import JobPhases
-from mltcp.lab.scenario import Scenario, Scheme, placement
+from mltcp.lab.models.lanes import (
+    Batch,
+    Structure,
+    build_batch,
+    link_rates_bps,
+    sample_intervals,
+    structure,
+)
+from mltcp.lab.plan import RunPlan
+from mltcp.lab.scenario import Scheme
 from mltcp.lab.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace, provenance
 
-__all__ = ["DcqcnOptions", "Run", "run_many", "run_mode", "run_once", "tracker_f"]
+__all__ = ["DcqcnOptions", "run_many", "run_mode", "tracker_f"]
 
 DEFAULT_SAMPLE_S = 0.01
 _nz = np.count_nonzero
@@ -102,10 +109,7 @@ def tracker_f(sent: np.ndarray, budget: np.ndarray, slope_fp: np.ndarray,
     compute it; integer arrays, broadcast together."""
     counter = np.where(sent >= budget, sent - budget, sent)
     counter = np.where(counter >= budget, 0, counter)
-    ratio = np.minimum((counter << FP_SHIFT) // budget, FP_ONE)
-    f = intercept_fp + ((slope_fp * ratio) >> FP_SHIFT)
-    f = np.where((cap_fp > 0) & (f > cap_fp), cap_fp, f)
-    return f / FP_ONE
+    return f_fixed(counter, budget, slope_fp, intercept_fp, cap_fp) / FP_ONE
 
 
 # --------------------------------------------------------------------------- layout
@@ -117,9 +121,9 @@ class _Layout:
     holds their jobs (phases, starts, jitter, iterations).  The fabric's links are the
     scenario's (in the order of ``structs[l].link_ids``), then any virtual NIC links."""
 
-    runs: list[Run]
+    plans: list[RunPlan]
     batch: Batch
-    structs: list
+    structs: list[Structure]
     fabric: Fabric
     qp_flow: np.ndarray           # (Q,) the ring flow (job, worker) of each queue pair
     qp_bytes: np.ndarray          # (L, Q) payload per iteration
@@ -140,43 +144,40 @@ class _Layout:
         return out
 
 
-def _group_key(run: Run, s: object) -> tuple:
+def _group_key(plan: RunPlan, s: Structure) -> tuple:
     """Runs that can share one model: same jobs, links and paths (routing is per model)."""
-    return (tuple(j.name for j in run.scenario.jobs), tuple(s.link_ids), tuple(s.flow_job),
-            tuple(tuple(p) for p in s.flow_links), tuple(s.weight),
-            tuple(tuple(placement(run.scenario)[j.name]) for j in run.scenario.jobs))
+    return (tuple(j.name for j in plan.jobs), s.link_ids, s.flow_job, s.flow_links, s.weight,
+            tuple(j.hosts for j in plan.jobs))
 
 
-def _layout(runs: list[Run], structs: list) -> _Layout:
-    batch, structs = build_batch(runs, structs)
-    s0, sc0 = structs[0], runs[0].scenario
+def _layout(plans: list[RunPlan], structs: list[Structure]) -> _Layout:
+    batch, structs = build_batch(plans, structs)
+    s0, plan0 = structs[0], plans[0]
     conns = [int(w) for w in s0.weight]
     qp_flow = np.repeat(np.arange(len(conns)), conns)
-    places = placement(sc0)
-    flow_host = [h for job in sc0.jobs for h in places[job.name]]   # structure()'s order
+    flow_host = [h for job in plan0.jobs for h in job.hosts]   # structure()'s order
     sender = [flow_host[f] for f in qp_flow]
     paths = [list(s0.flow_links[f]) for f in qp_flow]
     n_links = len(s0.link_ids)
     nic_link: dict[str, int] = {}
     for q, host in enumerate(sender):
-        if (sender.count(host) > 1 and sc0.topology.kind == "dumbbell") or not paths[q]:
+        if (sender.count(host) > 1 and plan0.topology.kind == "dumbbell") or not paths[q]:
             nic_link.setdefault(host, n_links + len(nic_link))
             paths[q] = [nic_link[host], *paths[q]]
-    lanes = len(runs)
-    line = np.array([[r.scenario.topology.host_link_mbit * 1e6 / 8] * len(qp_flow)
-                     for r in runs])
+    lanes = len(plans)
+    line = np.array([[p.topology.host_link_mbit * 1e6 / 8] * len(qp_flow) for p in plans])
     cap = np.zeros((lanes, n_links + len(nic_link)))
     buf = np.full_like(cap, np.inf)
-    for lane, (r, s) in enumerate(zip(runs, structs, strict=True)):
-        rate = {link.id: link.rate_mbit for link in s.graph.links}
+    for lane, (p, s) in enumerate(zip(plans, structs, strict=True)):
+        rate = {link.id: link.rate_mbit for link in p.graph.links}
         cap[lane, :n_links] = [rate[lid.split(":", 1)[0]] * 1e6 / 8 for lid in s.link_ids]
         cap[lane, n_links:] = line[lane, 0]
-        buf[lane, :n_links] = r.scenario.topology.queue_packets * QUEUE_SLOT_BYTES
+        buf[lane, :n_links] = p.topology.queue_packets * QUEUE_SLOT_BYTES
     fabric = Fabric(paths=paths, capacity_Bps=cap, buffer_bytes=buf, line_Bps=line,
-                    seed=np.array([r.seed for r in runs]),
+                    seed=np.array([p.seed for p in plans]),
                     marking=np.arange(cap.shape[1]) < n_links)
     conn = np.array(conns, dtype=float)[qp_flow]
-    return _Layout(list(runs), batch, structs, fabric, qp_flow,
+    return _Layout(list(plans), batch, structs, fabric, qp_flow,
                    batch.flow_bytes[:, qp_flow] / conn)
 
 
@@ -228,15 +229,15 @@ class _Jobs(JobPhases):
     # -- F ---------------------------------------------------------------------------
 
     def _init_f(self) -> None:
-        aggs = [r.scheme.aggressiveness for r in self.lay.runs]
+        aggs = [p.scheme.aggressiveness for p in self.lay.plans]
         fixed = [a.to_fixed() for a in aggs]
         self.slope_fp = np.array([[f.slope_fp] for f in fixed], dtype=np.int64)
         self.intercept_fp = np.array([[f.intercept_fp] for f in fixed], dtype=np.int64)
         self.cap_fp = np.array([[f.cap_fp] for f in fixed], dtype=np.int64)
-        self.scaled = np.array([r.scheme.mltcp for r in self.lay.runs])
+        self.scaled = np.array([p.scheme.mltcp for p in self.lay.plans])
         f_max = max(a.intercept + a.slope if a.cap is None else a.cap for a in aggs)
         # A scheme may name its own policy mode; the rest use the options' mode.
-        modes = np.array([Mode(run_mode(r.scheme, self.opt)) for r in self.lay.runs])
+        modes = np.array([Mode(run_mode(p.scheme, self.opt)) for p in self.lay.plans])
         self.knobs = {mode: (modes == mode, ScaledKnobs(
             DcqcnPolicy(aggs[0], mode=mode, f_step=self.opt.f_step),
             self.opt.params.all_knobs, max(f_max, 1.0))) for mode in set(modes)}
@@ -400,12 +401,12 @@ def _traces(lay: _Layout, rec: _Records, opt: DcqcnOptions) -> list[Trace]:
     b = lay.batch
     base = provenance({"dcqcn": opt.to_dict()})
     out = []
-    for lane, (run, s) in enumerate(zip(lay.runs, lay.structs, strict=True)):
+    for lane, plan in enumerate(lay.plans):
         jobs = []
-        for j, job in enumerate(run.scenario.jobs):
+        for j, job in enumerate(plan.jobs):
             if b.iterations[lane, j] == 0:
                 continue
-            n_phases = len(job.phase_list())
+            n_phases = len(job.spec.phase_list())
             recs = []
             for k in range(int(b.iterations[lane, j])):
                 phases = None
@@ -416,21 +417,20 @@ def _traces(lay: _Layout, rec: _Records, opt: DcqcnOptions) -> list[Trace]:
                 recs.append(IterationRecord(
                     k, float(rec.start[lane, j, k]), float(rec.comm_start[lane, j, k]),
                     float(rec.comm_end[lane, j, k]), float(rec.end[lane, j, k]),
-                    bytes=int(job.comm_bytes_per_worker() * job.workers), phases=phases))
-            jobs.append(JobTrace(name=job.name, links=tuple(s.job_links[job.name]),
-                                 iterations=tuple(recs)))
-        caps = {lk.id: lk.rate_mbit for lk in s.graph.links}
-        links = tuple(LinkTrace(id=lid, capacity_bps=caps[lid.split(":", 1)[0]] * 1e6,
+                    bytes=int(job.comm_bytes_per_worker * job.spec.workers), phases=phases))
+            jobs.append(JobTrace(name=job.name, links=job.links, iterations=tuple(recs)))
+        rates = link_rates_bps(plan)
+        links = tuple(LinkTrace(id=lid, capacity_bps=rates[lid.split(":", 1)[0]],
                                 samples=tuple(_link_samples(rec.snaps[lane], k,
                                                             opt.sample_s)))
-                      for k, lid in enumerate(s.link_ids))
+                      for k, lid in enumerate(lay.structs[lane].link_ids))
         out.append(Trace(
-            scenario=run.scenario.name, scheme=run.scheme.name, backend="dcqcn",
-            seed=run.seed, jobs=tuple(jobs), links=links,
-            provenance={**base, "topology": run.scenario.topology.to_dict()},
-            params={**run.scheme.to_dict(), "only_job": run.only_job, "rate_control": "dcqcn",
-                    "dcqcn_policy": {"mode": run_mode(run.scheme, opt), "f_step": opt.f_step,
-                                     "applied": run.scheme.mltcp}}))
+            scenario=plan.scenario.name, scheme=plan.scheme.name, backend="dcqcn",
+            seed=plan.seed, jobs=tuple(jobs), links=links,
+            provenance={**base, "topology": plan.topology.to_dict()},
+            params={**plan.trace_params(), "rate_control": "dcqcn",
+                    "dcqcn_policy": {"mode": run_mode(plan.scheme, opt), "f_step": opt.f_step,
+                                     "applied": plan.scheme.mltcp}}))
     return out
 
 
@@ -442,25 +442,19 @@ def run_mode(scheme: Scheme, options: DcqcnOptions) -> str:
     return scheme.dcqcn_mode or options.mode.value
 
 
-def run_many(runs: Sequence[Run], options: DcqcnOptions | None = None,
+def run_many(plans: Sequence[RunPlan], options: DcqcnOptions | None = None,
              progress: Callable[[float], None] | None = None) -> list[Trace]:
-    """Traces of ``runs`` in their order; runs that share jobs, links and paths advance
+    """Traces of ``plans`` in their order; plans that share jobs, links and paths advance
     as lanes of one model (one numpy step moves all of them)."""
     opt = options or DcqcnOptions()
-    structs = [structure(r.scenario, r.seed) for r in runs]
+    structs = [structure(p) for p in plans]
     groups: dict[tuple, list[int]] = {}
-    for i, run in enumerate(runs):
-        groups.setdefault(_group_key(run, structs[i]), []).append(i)
-    out: list[Trace | None] = [None] * len(runs)
+    for i, plan in enumerate(plans):
+        groups.setdefault(_group_key(plan, structs[i]), []).append(i)
+    out: list[Trace | None] = [None] * len(plans)
     for indices in groups.values():
-        lay = _layout([runs[i] for i in indices], [structs[i] for i in indices])
+        lay = _layout([plans[i] for i in indices], [structs[i] for i in indices])
         rec = _Jobs(lay, opt).run(progress)
         for i, trace in zip(indices, _traces(lay, rec, opt), strict=True):
             out[i] = trace
     return [t for t in out if t is not None]
-
-
-def run_once(scenario: Scenario, scheme: Scheme, seed: int, only_job: str | None = None,
-             options: DcqcnOptions | None = None) -> Trace:
-    """One run on the DCQCN model, as one common trace (with link samples)."""
-    return run_many([Run(scenario, scheme, seed, only_job)], options)[0]

@@ -1,13 +1,13 @@
-"""The ns-3 backend: one scenario run = one worker process, with progress and a budget.
+"""One ns-3 run = one worker process (:mod:`mltcp.lab.ns3.worker`), with progress and a budget.
 
-``run_once`` has the signature of the other backends' (:func:`mltcp.lab.emulation.testbed.run_once`,
-:func:`mltcp.lab.models.fluid.run_once`) and returns the same common trace.  ns-3 is an optional
-extra (``pip install 'mltcp[ns3]'``): without it the backend says so in one line.
+ns-3 keeps global simulator state and cppyy can abort the interpreter on a C++ fault,
+so every plan runs in a fresh process that receives the plan (JSON) and writes the
+common trace.  ns-3 is an optional extra (``pip install 'mltcp[ns3]'``): without it
+:func:`require_ns3` says so in one line.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 import os
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mltcp.core.errors import CapabilityError, MltcpError
-from mltcp.lab.scenario import Scenario, Scheme
+from mltcp.lab.plan import RunPlan
 from mltcp.lab.trace import Trace, load_trace
 
 WORKER = "mltcp.lab.ns3.worker"
@@ -37,27 +37,28 @@ def require_ns3() -> None:
                               "pip install 'mltcp[ns3]' (PyPI ns3 3.44 with cppyy)")
 
 
-def max_sim_seconds(scenario: Scenario) -> float:
+def max_sim_seconds(plan: RunPlan) -> float:
     """Simulated time after which a run that has not finished is an error: twice the
     worst case in which every iteration of every job shares the bottleneck with all
     the others, plus start offsets and jitter, plus 5 s."""
-    all_comm_s = sum(j.comm_bytes_per_worker() for j in scenario.jobs) * 8 / (
-        scenario.topology.bottleneck_mbit * 1e6)
-    longest = max((j.start_offset_ms + j.iterations * (j.compute_ms + 3 * j.compute_jitter_ms))
-                  / 1000 + j.iterations * all_comm_s for j in scenario.jobs)
+    jobs = [j.spec for j in plan.jobs]
+    all_comm_s = sum(j.comm_bytes_per_worker() for j in jobs) * 8 / (
+        plan.topology.bottleneck_mbit * 1e6)
+    longest = max((p.start_offset_ms + j.iterations * (j.compute_ms + 3 * j.compute_jitter_ms))
+                  / 1000 + j.iterations * all_comm_s for p, j in zip(plan.jobs, jobs,
+                                                                     strict=True))
     return 2 * longest + 5.0
 
 
-def run_once(scenario: Scenario, scheme: Scheme, seed: int, only_job: str | None = None,
-             progress: Progress | None = None, budget_s: float = DEFAULT_BUDGET_S) -> Trace:
-    """Run the scenario (or one job alone) once on ns-3 in a worker process."""
+def run_plan(plan: RunPlan, progress: Progress | None = None,
+             budget_s: float = DEFAULT_BUDGET_S) -> Trace:
+    """Run one plan on ns-3 in a worker process; its common trace."""
     require_ns3()
     say = progress or (lambda _msg: None)
+    scenario, scheme, seed = plan.scenario, plan.scheme, plan.seed
     with tempfile.TemporaryDirectory(prefix="mltcp-ns3-") as tmp:
         out = Path(tmp) / "trace.json"
-        spec = {"scenario": scenario.to_dict(), "scheme": dataclasses.asdict(scheme),
-                "seed": seed, "only_job": only_job, "out": str(out),
-                "max_sim_s": max_sim_seconds(scenario)}
+        spec = {"plan": plan.to_dict(), "out": str(out), "max_sim_s": max_sim_seconds(plan)}
         spec_path = Path(tmp) / "spec.json"
         spec_path.write_text(json.dumps(spec))
         # One BLAS thread: numpy's OpenBLAS thread pool and cling's JIT in one process

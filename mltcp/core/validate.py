@@ -1,0 +1,147 @@
+"""The one place input values are checked: every field, from every source.
+
+A scenario file, a CLI flag, a sweep's grid value, a job spec, a DCQCN option and a
+driver's JSON all reach the same functions, so a value is accepted or refused by the
+same rule wherever it comes from, and the refusal always reads the same way: one
+:class:`~mltcp.core.errors.SpecError` naming the field (``jobs[1].compute_ms``,
+``--slope``, ``param.load``), what is wrong with the value, and a fix with an example.
+
+The checks are strict on purpose: ``True`` is not a number (it is an ``int`` to
+Python), NaN and infinities are not numbers of anything, and an integer field takes no
+float, because a value that slips through here fails an hour later inside a model,
+the kernel or ns-3 with a message that names nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from decimal import Decimal
+
+from mltcp.core.errors import SpecError
+
+
+def fmt(number: float) -> str:
+    """3600000 rather than 3.6e+06: the user types the number back into the file."""
+    return str(int(number)) if float(number).is_integer() else f"{number:g}"
+
+
+def is_number(value: object) -> bool:
+    """An int or float, and not a bool (which is an int subclass, yet never a sane value)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def is_integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def integer(value: object, field: str, lo: int, hi: int, example: str | None = None) -> int:
+    """An integer in [lo, hi]."""
+    fix = f"use an integer from {lo} to {hi}" + (f", e.g. {example}" if example else "")
+    if not is_integer(value):
+        raise SpecError(field, f"must be an integer (got {value!r})", fix)
+    if not lo <= value <= hi:  # type: ignore[operator]
+        raise SpecError(field, f"must be between {lo} and {hi} (got {value})", fix)
+    return value  # type: ignore[return-value]
+
+
+def number(value: object, field: str, lo: float, hi: float, example: str | None = None, *,
+           lo_open: bool = False) -> float:
+    """A finite number in [lo, hi] (or (lo, hi] with ``lo_open``)."""
+    low = f"> {fmt(lo)}" if lo_open else f">= {fmt(lo)}"
+    fix = f"use a number {low} and <= {fmt(hi)}" + (f", e.g. {example}" if example else "")
+    if not is_number(value):
+        raise SpecError(field, f"must be a number (got {value!r})", fix)
+    try:
+        x = float(value)  # type: ignore[arg-type]
+    except OverflowError:   # an int too large for a float
+        x = math.inf
+    too_low = x <= lo if lo_open else x < lo
+    if not math.isfinite(x) or too_low or x > hi:
+        raise SpecError(field, f"must be {low} and <= {fmt(hi)} (got {value!r})", fix)
+    return x
+
+
+def text(value: object, field: str, example: str) -> str:
+    if not isinstance(value, str):
+        raise SpecError(field, f"must be a string (got {value!r})", f"use e.g. {example}")
+    return value
+
+
+def name(value: object, field: str, pattern: re.Pattern[str], what: str, example: str) -> str:
+    """A name that fully matches ``pattern`` (``what`` says which characters, for the fix)."""
+    s = text(value, field, example)
+    if not pattern.fullmatch(s):
+        raise SpecError(field, f"{s!r} is not a valid name", f"use {what}, e.g. {example}")
+    return s
+
+
+def choice(value: object, field: str, choices: Iterable[str]) -> str:
+    """One of ``choices``."""
+    options = tuple(choices)
+    if value not in options:
+        raise SpecError(field, f"unknown value {value!r}", f"use one of: {', '.join(options)}")
+    return value  # type: ignore[return-value]
+
+
+def flag(value: object, field: str, example: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(field, f"must be true or false (got {value!r})", f"use {example}")
+    return value
+
+
+_BYTES_RE = re.compile(r"^\s*([+-]?)(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$")
+_UNITS: dict[str, int] = {
+    "": 1, "b": 1,
+    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6,
+    "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+    "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40,
+}
+
+
+def parse_bytes(text: str, field: str) -> int:
+    """Parse a positive byte count such as "10MB", "4MiB", "1.5GB", "64k" or "123".
+
+    SI prefixes are powers of 1000 and KiB/MiB/GiB/TiB powers of 1024; units are
+    case-insensitive (nobody means millibytes). The result must be a whole number of
+    bytes, so "0.1KiB" is rejected rather than silently rounded.
+    """
+    fix = 'use a positive size such as "10MB", "4MiB" or "1500000"'
+    match = _BYTES_RE.match(text) if isinstance(text, str) else None
+    unit = match.group(3).lower() if match else ""
+    if match is None or unit not in _UNITS:
+        raise SpecError(field, f"cannot parse {text!r} as a byte count", fix)
+    sign, number = match.group(1), Decimal(match.group(2))
+    value = number * _UNITS[unit]
+    if sign == "-" and value != 0:
+        raise SpecError(field, f"must be positive (got {text.strip()!r})", fix)
+    if value == 0:
+        raise SpecError(field, f"must be > 0 (got {text.strip()!r})", fix)
+    if value != value.to_integral_value():
+        raise SpecError(
+            field, f"{text.strip()!r} is not a whole number of bytes ({value})", fix
+        )
+    return int(value)
+
+
+def size(value: object, field: str, example: str) -> int:
+    """A byte count as a positive int or a size string ("10MB"); bools are not sizes."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise SpecError(field, f"must be a size (got {value!r})", f"use e.g. {example}")
+    if isinstance(value, int):
+        if value <= 0:
+            raise SpecError(field, f"must be > 0 (got {value})", f"use e.g. {example}")
+        return value
+    return parse_bytes(value, field)
+
+
+def port(value: object, field: str) -> int:
+    """A TCP/UDP port, 1..65535."""
+    return integer(value, field, 1, 65535, "5201")
+
+
+def as_cli(field: str) -> str:
+    """``gap_ms`` -> ``--gap-ms``: how a field is spelt as a flag, for fixes."""
+    return "--" + field.replace("_", "-")
