@@ -26,8 +26,7 @@ from pathlib import Path
 
 from mltcp import __version__
 from mltcp.host import datapath, jobs, maps
-from mltcp.lab.emulation.labrun import Sender, run_senders, start_sink
-from mltcp.lab.emulation.netns import BottleneckSpec, Dumbbell
+from mltcp.lab.emulation import fabric, traffic
 
 PORT_PLAIN, PORT_JOB_F1, PORT_JOB_LIVE = 7100, 7101, 7102
 VARIANTS = {
@@ -65,16 +64,16 @@ def run(rounds: int, duration_s: float, rate_mbit: float) -> dict:
             jobs.attach(jobs.JobSpec(name=name, cc="cubic", budget=budget, slope=slope,
                                      intercept=1.0, stale_s=0, rules=(maps.Rule(port=port),)))
             attached.append(name)
-        with Dumbbell(n_senders=1, bottleneck=BottleneckSpec(rate_mbit=rate_mbit)) as net:
-            recv = net.receivers[0]
-            for port in (PORT_PLAIN, PORT_JOB_F1, PORT_JOB_LIVE):
-                start_sink(net, recv, port)
+        # h1 -> h2 across one shaped link; GSO bursts as a host's NIC sends them.
+        with fabric.dumbbell(2, rate_mbit, 1000, gso_max_segs=None) as net:
             for r in range(rounds):
                 for variant, (cc, port) in VARIANTS.items():
+                    spec = traffic.TrafficSpec(
+                        name=variant, cc=cc, pattern="oneway", duration_s=duration_s,
+                        sample_ms=100, workers=[net.endpoint("h1", port),
+                                                net.endpoint("h2", port)])
                     (busy0, kern0), t0 = cpu_busy_seconds(), time.monotonic()
-                    [rep] = run_senders(net, [Sender(net.senders[0], port, cc,
-                                                     ["--duration", str(duration_s)],
-                                                     sample_ms=100)], recv)
+                    [rep] = traffic.run_jobs([spec])
                     busy1, kern1 = cpu_busy_seconds()
                     busy, kern = busy1 - busy0, kern1 - kern0
                     wall = time.monotonic() - t0

@@ -1,6 +1,9 @@
 """MLTCP's behaviour on real kernel TCP across a netns bottleneck.
 
-Bands, and where they come from (1 Gbit/s HTB, 200-packet byte-limited FIFO,
+The lab is the testbed's own stack: a dumbbell fabric (h1, h2 | bottleneck | h3) and
+one-way traffic jobs (:mod:`mltcp.lab.emulation.traffic`) from h1 or h2 to h3.
+
+Bands, and where they come from (300 Mbit/s HTB, 100-packet byte-limited FIFO,
 3 s bulk flows sampled every 5 ms, measured on this machine kind):
 * Congestion-avoidance growth per round (flowstats.ca_growth, ~1400 rounds per run):
   native Reno 1.000, MLTCP-Reno F = 1 0.999, F = 2 2.004; native CUBIC 0.528,
@@ -23,20 +26,19 @@ import uuid
 import pytest
 
 from mltcp.host import datapath, jobs, maps, telemetry
-from mltcp.lab.emulation import flowstats
-from mltcp.lab.emulation.labrun import Sender, run_senders, start_sink
-from mltcp.lab.emulation.netns import BottleneckSpec, Dumbbell
+from mltcp.lab.emulation import fabric, flowstats, traffic
 
 pytestmark = pytest.mark.kernel
 
 PORT, DCTCP_PORT, SECOND_PORT = 6000, 6001, 6002
 RATE_MBIT = 300
-DURATION = ["--duration", "3"]
+DURATION_S = 3.0
+RECEIVER = "h3"
 
 
 @pytest.fixture(scope="module")
 def lab(bpf_host):
-    """All modules loaded, a 2-sender dumbbell with sinks (plain and DCTCP).
+    """All modules loaded, a dumbbell of 2 senders (h1, h2) and a receiver (h3).
 
     Senders emit single segments (gso_max_segs 1) so the drop-tail queue drops
     packets, not 44-segment GSO bursts: with GSO bursts the flow that grows faster
@@ -46,16 +48,25 @@ def lab(bpf_host):
     datapath.unload_all()
     datapath.load(["all"])
     try:
-        with Dumbbell(n_senders=2, gso_max_segs=1,
-                      bottleneck=BottleneckSpec(rate_mbit=RATE_MBIT, queue_packets=100)) as net:
-            recv = net.receivers[0]
-            start_sink(net, recv, PORT)
-            start_sink(net, recv, SECOND_PORT)
-            start_sink(net, recv, DCTCP_PORT, cc="mltcp_dctcp")
+        with fabric.dumbbell(3, RATE_MBIT, 100, gso_max_segs=1) as net:
             yield net
     finally:
         jobs.Registry().clear()
         datapath.unload_all()
+
+
+def flow(lab, cc: str, port: int = PORT, src: str = "h1", **kw) -> traffic.TrafficSpec:
+    """One-way traffic from ``src`` to the receiver's ``port`` (a DCTCP receiver runs
+    mltcp_dctcp: its ACKs must echo the marks)."""
+    listener = "mltcp_dctcp" if port == DCTCP_PORT else None
+    return traffic.TrafficSpec(name=f"{src}-{port}", cc=cc, pattern="oneway",
+                               workers=[lab.endpoint(src, port), lab.endpoint(RECEIVER, port)],
+                               listener_cc=listener, **kw)
+
+
+def bottleneck(lab) -> fabric.Port:
+    """The bottleneck's egress toward the receiver (where the data queues)."""
+    return lab.egress("bottleneck", "swL")
 
 
 @pytest.fixture
@@ -77,8 +88,7 @@ def job(lab, quiet_host):
 
 
 def bulk(lab, cc: str, port: int = PORT) -> dict:
-    [report] = run_senders(lab, [Sender(lab.senders[0], port, cc, DURATION, sample_ms=5)],
-                           lab.receivers[0])
+    [report] = traffic.run_jobs([flow(lab, cc, port, duration_s=DURATION_S, sample_ms=5)])
     return report
 
 
@@ -181,11 +191,11 @@ def _share_of_the_job_ahead(lab, job, cc: str, slope: float, trial: int) -> floa
     small = big // 4
     job(f"a{trial}", cc, budget=small, slope=slope, rules=(maps.Rule(port=PORT),))
     job(f"b{trial}", cc, budget=big, slope=slope, rules=(maps.Rule(port=SECOND_PORT),))
-    host_a, host_b = lab.senders if trial % 2 == 0 else lab.senders[::-1]
-    a, b = run_senders(lab, [
-        Sender(host_a, PORT, cc, ["--iterations", "1", "--bytes-per-iteration", str(small)]),
-        Sender(host_b, SECOND_PORT, cc, ["--iterations", "1", "--bytes-per-iteration", str(big)]),
-    ], lab.receivers[0])
+    host_a, host_b = ("h1", "h2") if trial % 2 == 0 else ("h2", "h1")
+    a, b = traffic.run_jobs([
+        flow(lab, cc, PORT, host_a, iterations=1, bytes_per_worker=small, sample_ms=10),
+        flow(lab, cc, SECOND_PORT, host_b, iterations=1, bytes_per_worker=big, sample_ms=10),
+    ])
     start = max(r["t0_monotonic"] + r["iterations"][0]["comm_start"] for r in (a, b))
     end = a["t0_monotonic"] + a["iterations"][0]["comm_end"]
     got_a, got_b = (flowstats.acked_between(r, start, end) for r in (a, b))
@@ -216,14 +226,13 @@ def test_job_further_into_its_iteration_gets_the_larger_share(lab, job, cc):
 
 def test_iteration_accounting_is_exact_and_budget_is_learned(lab, job):
     per_iter, iters = 20_000_000, 6
-    pattern = ["--iterations", str(iters), "--bytes-per-iteration", str(per_iter),
-               "--compute-ms", "400"]
+    pattern = dict(iterations=iters, bytes_per_worker=per_iter, compute_ms=400, connections=2)
     # gap 300 ms: well below the 400 ms compute, above a retransmission timeout (200 ms
     # minimum) and the few-ms stalls of a Python sink on a busy 2-core host.  A shorter
     # gap (20 ms) once split an iteration 33 KB before its end: its tail was lost and
     # came after a timeout, a silence like compute.
     rec = job("exact", "cubic", budget=per_iter, gap_ms=300)
-    run_senders(lab, [Sender(lab.senders[0], PORT, "cubic", pattern, conns=2)], lab.receivers[0])
+    traffic.run_jobs([flow(lab, "cubic", **pattern)])
     st = job_state(rec.id)
     assert st.iteration == iters          # every iteration wrapped exactly once
     assert st.history() == [per_iter] * (iters - 1)   # gap boundaries saw the exact bytes
@@ -233,7 +242,7 @@ def test_iteration_accounting_is_exact_and_budget_is_learned(lab, job):
 
     rec = job("learner", "cubic", learn=True, gap_ms=300)
     assert jobs.refresh() == {}
-    run_senders(lab, [Sender(lab.senders[0], PORT, "cubic", pattern, conns=2)], lab.receivers[0])
+    traffic.run_jobs([flow(lab, "cubic", **pattern)])
     st = job_state(rec.id)
     assert st.iteration == iters - 1      # budget unknown: only gap boundaries count
     assert jobs.refresh() == {"learner": per_iter}
@@ -249,8 +258,8 @@ def test_cgroup_attach_selects_mltcp_for_an_unmodified_program(lab, job):
         rec = job("cg", "cubic", budget=10**9, slope=0.0, intercept=2.0, cgroup=str(cg),
                   rules=())
         # The program asks for plain reno; the classifier switches it to mltcp_cubic.
-        [rep] = run_senders(lab, [Sender(lab.senders[0], PORT, "reno", DURATION, sample_ms=5,
-                                         cgroup=cg)], lab.receivers[0])
+        [rep] = traffic.run_jobs([flow(lab, "reno", duration_s=DURATION_S, sample_ms=5,
+                                       cgroup=str(cg))])
         st = job_state(rec.id)
         assert st.total_bytes >= 0.99 * rep["bytes_acked_total"]
         # ...and runs it with F = 2: faster than the kernel's own CUBIC, as in
@@ -270,7 +279,8 @@ def _dctcp_run(lab, k: int) -> tuple[maps.Marker, int, int, float, float]:
     calling the kernel's own kfuncs) now and then gets a garbage ssthresh back into
     TCP, which blows up the window and the queue for a few milliseconds; native reno
     does not (docs/known-issues.md).  One flow keeps those episodes rare."""
-    dev, ns = lab.bottleneck_dev, lab.router_ns
+    port = bottleneck(lab)
+    dev, ns = port.dev, lab.ns(port.node)
     datapath.reset_marker(dev, k, netns=ns)  # fresh counters for this K
     rec = jobs.attach(jobs.JobSpec(name=f"dc{k}", cc="dctcp", budget=10**9, slope=0.0,
                                    intercept=1.0, rules=(maps.Rule(port=DCTCP_PORT),)))
@@ -279,15 +289,15 @@ def _dctcp_run(lab, k: int) -> tuple[maps.Marker, int, int, float, float]:
 
     def sample_queue() -> None:  # the bottleneck's backlog every 10 ms while the flow runs
         while not done.wait(0.01):
-            backlog.append(lab.tc_stats().backlog)
+            backlog.append(lab.queue(port).backlog)
 
     sampler = threading.Thread(target=sample_queue)
     try:
-        drops_before = lab.tc_stats().drops
+        drops_before = lab.queue(port).drops
         sampler.start()
-        [report] = run_senders(lab, [Sender(lab.senders[0], DCTCP_PORT, "mltcp_dctcp", DURATION)],
-                               lab.receivers[0])
-        return (datapath.marker_stats(dev, netns=ns), lab.tc_stats().drops - drops_before,
+        [report] = traffic.run_jobs([flow(lab, "mltcp_dctcp", DCTCP_PORT,
+                                          duration_s=DURATION_S)])
+        return (datapath.marker_stats(dev, netns=ns), lab.queue(port).drops - drops_before,
                 job_state(rec.id).cwnd_reductions, statistics.median(backlog),
                 report["goodput_bps"] / (RATE_MBIT * 1e6))
     finally:
@@ -299,7 +309,8 @@ def _dctcp_run(lab, k: int) -> tuple[maps.Marker, int, int, float, float]:
 def test_dctcp_holds_the_queue_near_k_with_ecn_marks(lab, quiet_host):
     """The queue follows K: its median stays within [0.5 K, 1.5 K] for K = 30 kB and
     75 kB, with hundreds to thousands of window cuts."""
-    dev, ns = lab.bottleneck_dev, lab.router_ns
+    port = bottleneck(lab)
+    dev, ns = port.dev, lab.ns(port.node)
     datapath.attach_marker(dev, 30_000, netns=ns)
     try:
         for k in (30_000, 75_000):

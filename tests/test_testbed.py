@@ -15,7 +15,7 @@ from mltcp.core.errors import MltcpError, SpecError
 from mltcp.host import datapath, jobs, maps
 from mltcp.host.namespaces import list_netns
 from mltcp.lab import metrics
-from mltcp.lab.emulation import testbed
+from mltcp.lab.emulation import testbed, traffic
 from mltcp.lab.plan import compute_jitter_ms
 from mltcp.lab.runner import run_one
 from mltcp.lab.scenario import load_scenario
@@ -40,7 +40,8 @@ def _no_leftovers() -> None:
 
 @pytest.mark.parametrize("scenario,scheme", [
     ("compatible-pair", "cubic"), ("compatible-pair", "mltcp-cubic"),
-    ("compatible-pair", "mltcp-reno"), ("dctcp-pair", "dctcp"), ("dctcp-pair", "mltcp-dctcp"),
+    ("compatible-pair", "mltcp-reno"), ("compatible-pair", "cassini"),
+    ("dctcp-pair", "dctcp"), ("dctcp-pair", "mltcp-dctcp"),
 ])
 def test_one_short_run_per_scheme(clean_datapath, scenario, scheme):
     sc = short(scenario)
@@ -64,12 +65,15 @@ def test_one_short_run_per_scheme(clean_datapath, scenario, scheme):
     if "dctcp" in scheme:
         assert sum(summary["overall"]["ecn_marks"].values()) > 0
     assert trace.provenance["kernel"] and trace.params["name"] == scheme
+    if scheme == "cassini":     # Cassini's shifts run on the kernel too
+        assert trace.params["schedule"] == "cassini" and trace.params["shifts_ms"]["b"] > 0
+        assert trace.job("b").iterations[0].start > trace.params["shifts_ms"]["b"] / 1000
     _no_leftovers()
     assert datapath.settle() == []   # the run loaded its module, so it unloaded it
 
 
 def test_a_failing_run_leaves_nothing_behind(clean_datapath, monkeypatch):
-    monkeypatch.setattr(testbed, "_module", lambda scheme: ("reno", "no-such-cc"))
+    monkeypatch.setattr(testbed, "module_for", lambda scheme: ("reno", "no-such-cc"))
     sc = short("compatible-pair", 2)
     with pytest.raises(MltcpError, match="no-such-cc"):
         run_one("netns", sc, sc.scheme("mltcp-reno"), 0)
@@ -90,8 +94,8 @@ def test_testbed_clean_removes_what_a_killed_run_left(clean_datapath):
 
 
 def _drivers() -> list[int]:
-    """Every job driver process on the host (orphaned or not)."""
-    return testbed.job_driver_pids(orphans_only=False)
+    """Every traffic job process on the host (orphaned or not)."""
+    return traffic.pids(orphans_only=False)
 
 
 def test_a_killed_run_takes_its_drivers_along_and_clean_removes_the_rest(clean_datapath,

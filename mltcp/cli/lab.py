@@ -77,14 +77,19 @@ def register(sub: Any) -> None:
     dm = sub.add_parser("demo", help="MLTCP vs standard TCP on the default scenario, real "
                                      "kernel (--live: a close-up of one MLTCP run)")
     dm.add_argument("--out", default="mltcp-demo", help="output directory (default: %(default)s)")
-    dm.add_argument("--seed", type=int, default=0)
+    dm.add_argument("--seeds", default="0-3",
+                    help="seeds to compare, e.g. 0-4 or 0,3 (default: %(default)s; about a "
+                         "minute each); --live: the first")
     dm.add_argument("--live", action="store_true",
-                    help="instead: two one-way jobs under MLTCP, per-iteration F and cwnd live")
+                    help="instead: one MLTCP run watched live (per worker and iteration: "
+                         "bytes_ratio, F, cwnd)")
     dm.add_argument("--cc", default="cubic", help="--live: reno, cubic or dctcp")
-    dm.add_argument("--iterations", type=int, default=12, help="--live: iterations per job")
-    dm.add_argument("--rate-mbit", type=float, default=1000, help="--live: bottleneck rate")
+    dm.add_argument("--iterations", type=int, default=12,
+                    help="--live: iterations per job (2..1000, default %(default)s)")
+    dm.add_argument("--rate-mbit", type=float, default=1000,
+                    help="--live: bottleneck rate (default %(default)s)")
     dm.add_argument("--json", metavar="FILE",
-                    help="--live: also write the samples and iterations here")
+                    help="--live: also write the trace and the datapath samples here")
     dm.set_defaults(handler=cmd_demo)
 
 
@@ -152,9 +157,11 @@ def cmd_testbed(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from mltcp.core.validate import seeds
     from mltcp.lab.demo import run_compare_demo, run_demo
 
+    chosen = seeds(args.seeds, "seeds")
     if not args.live:
-        return run_compare_demo(args.out, seed=args.seed)
+        return run_compare_demo(args.out, seeds=chosen)
     return run_demo(cc=args.cc, iterations=args.iterations, rate_mbit=args.rate_mbit,
-                    json_out=args.json)
+                    json_out=args.json, seed=chosen[0])

@@ -145,3 +145,18 @@ def port(value: object, field: str) -> int:
 def as_cli(field: str) -> str:
     """``gap_ms`` -> ``--gap-ms``: how a field is spelt as a flag, for fixes."""
     return "--" + field.replace("_", "-")
+
+
+def seeds(text: str, field: str = "seeds") -> tuple[int, ...]:
+    """``"0-4"`` or ``"0,3,7"`` -> seeds (duplicates dropped, order kept)."""
+    out: list[int] = []
+    try:
+        for part in str(text).split(","):
+            lo, dash, hi = part.partition("-")
+            out += list(range(int(lo), int(hi) + 1)) if dash else [int(lo)]
+    except ValueError:
+        raise SpecError(field, f"{text!r} is not a list or range of integers",
+                        "write e.g. 0-9 or 0,1,5") from None
+    if not out or min(out) < 0:
+        raise SpecError(field, f"{text!r} gives no non-negative seed", "write e.g. 0-9")
+    return tuple(dict.fromkeys(out))

@@ -177,6 +177,28 @@ def table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def seeds_table(report: dict) -> str:
+    """Every scheme's result per seed: the convergence iteration (- if its jobs never
+    interleaved) and the mean iteration time over the dedicated one.  A single seed can
+    mislead (a standard scheme may interleave by chance); this shows the spread."""
+    seeds = sorted({s for block in report["schemes"].values() for s in block["seeds"]})
+    lines = ["| scheme | " + " | ".join(f"seed {s}" for s in seeds) + " | spread of ratio |",
+             "|---|" + "---|" * (len(seeds) + 1)]
+    for name, block in report["schemes"].items():
+        by_seed = dict(zip(block["seeds"], zip(block["convergence"]["per_seed"],
+                                               block["ratio_to_dedicated"]["per_seed"],
+                                               strict=True), strict=True))
+        cells = []
+        for seed in seeds:
+            conv, ratio = by_seed.get(seed, (None, None))
+            cells.append("" if seed not in by_seed else
+                         f"{_fmt(conv, 'g')} / {_fmt(ratio, '.2f')}")
+        ratios = [r for _, r in by_seed.values() if r is not None]
+        spread = f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else "-"
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {spread} |")
+    return "\n".join(lines)
+
+
 def _speedup_lines(report: dict) -> list[str]:
     """Each MLTCP scheme against every standard scheme (mean / p99), as a small table."""
     mltcp_schemes = {n: s["speedup_vs_standard"] for n, s in report["schemes"].items()
@@ -206,6 +228,8 @@ def markdown(report: dict, cwnd: bool = False) -> str:
         f"{report['settings']['k']} consecutive iterations. Dedicated-link iteration "
         f"times: {ded_text}.", "",
         table(report), "",
+        "Per seed: convergence iteration / iteration time over dedicated:", "",
+        seeds_table(report), "",
         *_speedup_lines(report),
         f"git {prov.get('git_sha', '?')[:12]}{' (dirty)' if prov.get('git_dirty') else ''}, "
         f"kernel {prov.get('kernel', '?')}, {prov.get('time_utc', '')}", "",

@@ -40,12 +40,14 @@ def live_progress(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
-def plan_runs(scenario: Scenario, seeds: Sequence[int], dedicated: bool) -> list[RunPlan]:
+def plan_runs(scenario: Scenario, seeds: Sequence[int], dedicated: bool,
+              dedicated_seeds: Sequence[int] | None = None) -> list[RunPlan]:
     """Every run's plan, in the order they execute: per seed, each job alone (with
-    ``dedicated``), then every scheme; centralized schedules applied."""
+    ``dedicated``; only for ``dedicated_seeds`` if given: a job alone varies little with
+    the seed), then every scheme; centralized schedules applied."""
     plans = []
     for seed in seeds:
-        if dedicated:
+        if dedicated and (dedicated_seeds is None or seed in dedicated_seeds):
             plans += [resolve(scenario, DEDICATED, seed, only_job=job.name)
                       for job in scenario.jobs]
         plans += [resolve(scenario, scheme, seed) for scheme in scenario.schemes]
@@ -107,7 +109,8 @@ def run_one(backend: str, scenario: Scenario, scheme: Scheme, seed: int,
 def run_scenario(scenario_ref: str, out_dir: str | Path, schemes: Sequence[str] | None = None,
                  seeds: Sequence[int] | None = None, dedicated: bool = False,
                  backend: str = "netns", parallel: int = 1,
-                 backend_options: Mapping[str, Any] | None = None) -> dict:
+                 backend_options: Mapping[str, Any] | None = None,
+                 dedicated_seeds: Sequence[int] | None = None) -> dict:
     """Run, save every trace as it completes, and build the report; returns report.json.
 
     ``parallel`` runs that many at once where the backend can (ns-3: one process each);
@@ -118,7 +121,8 @@ def run_scenario(scenario_ref: str, out_dir: str | Path, schemes: Sequence[str] 
     scenario = load_scenario(scenario_ref)
     if schemes:
         scenario = scenario.with_schemes(schemes)
-    plans = plan_runs(scenario, list(seeds) if seeds else list(scenario.seeds), dedicated)
+    plans = plan_runs(scenario, list(seeds) if seeds else list(scenario.seeds), dedicated,
+                      dedicated_seeds)
     run_plans(engine, plans, out_dir, parallel)
     report = build_report(out_dir)
     print(f"wrote {out_dir}/report.json, summary.md and plots", file=sys.stderr)

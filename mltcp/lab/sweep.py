@@ -146,17 +146,7 @@ def parse_grid(items: Iterable[str]) -> dict[str, tuple[float, ...]]:
 
 def parse_seeds(text: str) -> tuple[int, ...]:
     """``"0-4"`` or ``"0,3,7"`` -> seeds."""
-    seeds: list[int] = []
-    try:
-        for part in text.split(","):
-            lo, dash, hi = part.partition("-")
-            seeds += list(range(int(lo), int(hi) + 1)) if dash else [int(lo)]
-    except ValueError:
-        raise SpecError("seeds", f"{text!r} is not a list or range of integers",
-                        "write e.g. 0-9 or 0,1,5") from None
-    if not seeds or min(seeds) < 0:
-        raise SpecError("seeds", f"{text!r} gives no non-negative seed", "write e.g. 0-9")
-    return tuple(dict.fromkeys(seeds))
+    return validate.seeds(text)
 
 
 def _mltcp_scheme(scenario: Scenario, name: str | None) -> Scheme:

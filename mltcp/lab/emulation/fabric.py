@@ -1,53 +1,59 @@
-"""A network of namespaces: hosts, switches and shaped links, routed by shortest paths.
+"""The one fabric builder: a network graph made of namespaces, veths and shaped links.
 
-The testbed needs more than a one-router dumbbell: ring collectives send in both
-directions across the shared link, and leaf-spine fabrics have several shared
-links with equal-cost paths.  A :class:`Fabric` is built from nodes and links;
-every link is a veth pair with its own /24, every shaped link has an HTB class
-with a byte-limited FIFO on *both* egress sides, and routes to every host's
-address are installed along all shortest paths (several next hops = ECMP,
-hashed on L4 so that connections spread).
+Every emulated network is built here, from the same :class:`~mltcp.lab.graph.NetworkGraph`
+the other backends compute on (a dumbbell, a leaf-spine, or any graph a test makes):
+every node is a namespace, every link a veth pair with its own /24, every shaped link
+an HTB class with a byte-limited FIFO on *both* egress sides, and routes to every
+host's address are installed along all shortest paths (several next hops = ECMP,
+hashed on L4 so that connections spread).  The netns backend, ``mltcp demo --live``,
+the kernel tests and the benchmarks all run on it.
 
-Host devices send single segments by default (``gso_max_segs``): the drop-tail
-queues then drop packets rather than whole 64 KB GSO bursts, which otherwise
-land on whichever flow grows fastest and hide the effect MLTCP relies on
-(measured in issue 2: docs/known-issues.md and tests/test_kernel_behaviour.py).
+Why the shaping looks as it does (measured on this machine kind):
 
-Namespaces are named ``<tag>-<node>`` with the project prefix so that
-``mltcp testbed clean`` (netns.cleanup_leftovers) finds leftovers of killed runs.
+* Only htb/tbf/pfifo/bfifo/clsact qdiscs exist, so a bottleneck is an HTB class with
+  a FIFO leaf.  HTB needs an explicit burst/cburst of ~500 KB, otherwise the 64 KB
+  GSO packets that veth passes through unsplit cap goodput far below the rate.
+* The FIFO is a byte limit (bfifo) of ``queue_packets`` full-size frames: veth hands
+  the switch GSO packets of up to 64 KB, so a packet count would make the buffer up to
+  40x deeper than intended.
+* Host devices send single segments by default (``gso_max_segs``): the drop-tail
+  queues then drop packets rather than whole 64 KB GSO bursts, which otherwise land on
+  whichever flow grows fastest and hide the effect MLTCP relies on.
+* Hosts get ``tcp_ecn=1``/``tcp_ecn_fallback=0`` (reliable ECN) and
+  ``tcp_no_metrics_save=1`` (no ssthresh carried between runs); IPv6 is off so no
+  neighbour discovery crosses a bottleneck.  A BPF congestion control cannot be a
+  namespace default (EPERM, and the failed attempt leaks a kernel reference), so
+  programs pick their CC per socket.
+
+Namespaces are named ``<tag>-<node>`` with the project prefix so that ``mltcp testbed
+clean`` finds leftovers of killed runs.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import subprocess
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from mltcp.core.errors import SpecError
-from mltcp.lab.emulation.netns import (
-    _HTB_CLASS_MINOR,
-    _HTB_QUANTUM_BYTES,
-    _LIVE,
-    _LIVE_LOCK,
-    _cmd,
-    _delete_netns,
-    _install_exit_hooks,
-    _ip_batch,
-    _run_tag,
-    _sysctl,
-    _tc_batch,
-    list_netns,
-    nsenter_argv,
-    require_netns,
-)
+from mltcp.host.namespaces import netns_path, nsenter_argv
+from mltcp.lab.emulation import netns
+from mltcp.lab.emulation.traffic import Endpoint
 from mltcp.lab.graph import LinkSpec, NetworkGraph, dumbbell_graph, leaf_spine_graph
-from mltcp.lab.scenario import ETHERNET_HEADER_BYTES
+from mltcp.lab.scenario import ETHERNET_HEADER_BYTES, Topology
 
 HTB_BURST_BYTES = 500_000
+# One DRR round must be able to dequeue a whole 64 KB GSO packet; 100 KB is above that
+# and below HTB's 200 KB cap (the r2q default of rate/10 exceeds the cap).
+HTB_QUANTUM_BYTES = 100_000
+HTB_CLASS_MINOR = 10
+MAX_LINKS = 250
 
 
-@dataclass
+@dataclass(frozen=True)
 class Port:
     """One end of a link: the device in `node`'s namespace and its address."""
 
@@ -61,30 +67,31 @@ class Port:
 @dataclass
 class _Built:
     namespaces: list[str] = field(default_factory=list)
+    procs: list[subprocess.Popen[Any]] = field(default_factory=list)
     closed: bool = False
 
 
 class Fabric:
     """Build on construction, tear down on close() / context exit / SIGTERM / exit."""
 
-    def __init__(self, hosts: list[str], switches: list[str], links: list[LinkSpec],
-                 prefix: str | None = None, gso_max_segs: int | None = 1,
-                 rto_min_ms: float | None = None, mtu_bytes: int = 1500) -> None:
-        require_netns()
-        self.graph = NetworkGraph(list(hosts), list(switches), list(links))
-        if len(links) > 250:
-            raise SpecError("links", f"{len(links)} links", "use at most 250 links")
-        self.hosts, self.switches, self.links = list(hosts), list(switches), list(links)
+    def __init__(self, graph: NetworkGraph, prefix: str | None = None,
+                 gso_max_segs: int | None = 1, rto_min_ms: float | None = None,
+                 mtu_bytes: int = 1500) -> None:
+        netns.require_netns()
+        if len(graph.links) > MAX_LINKS:
+            raise SpecError("links", f"{len(graph.links)} links",
+                            f"use at most {MAX_LINKS} links")
+        self.graph = graph
+        self.hosts, self.switches = list(graph.hosts), list(graph.switches)
+        self.links = list(graph.links)
         self.gso_max_segs = gso_max_segs
         self.rto_min_ms = rto_min_ms
         self.mtu_bytes = mtu_bytes
-        self.tag = _run_tag(prefix)
+        self.tag = netns.run_tag(prefix)
         self.ports: dict[str, tuple[Port, Port]] = {}
         self._built = _Built()
         self._lock = threading.Lock()
-        _install_exit_hooks()
-        with _LIVE_LOCK:
-            _LIVE.add(self)  # type: ignore[arg-type]  # closed like a Dumbbell
+        netns.track(self)
         try:
             self._build()
         except BaseException:
@@ -95,6 +102,10 @@ class Fabric:
     def ns(self, node: str) -> str:
         return f"{self.tag}-{node}"
 
+    @property
+    def namespaces(self) -> list[str]:
+        return [self.ns(n) for n in [*self.hosts, *self.switches]]
+
     def host_addr(self, host: str) -> str:
         """A host's address (on its first link)."""
         for a_port, b_port in self.ports.values():
@@ -102,6 +113,10 @@ class Fabric:
                 if port.node == host:
                     return port.addr
         raise SpecError("host", f"no host {host!r}", f"use one of {self.hosts}")
+
+    def endpoint(self, host: str, port: int) -> Endpoint:
+        """A traffic worker on ``host`` listening on ``port``."""
+        return Endpoint(netns_path(self.ns(host)), self.host_addr(host), port)
 
     def shaped_ports(self) -> list[tuple[str, Port]]:
         """(link id, egress port) for both directions of every shaped link."""
@@ -112,13 +127,20 @@ class Fabric:
                 out += [(link.id, a_port), (link.id, b_port)]
         return out
 
+    def egress(self, link_id: str, node: str) -> Port:
+        """The port through which ``node`` sends onto link ``link_id``."""
+        a_port, b_port = self.ports[link_id]
+        for port in (a_port, b_port):
+            if port.node == node:
+                return port
+        raise SpecError("node", f"{node!r} is not an end of link {link_id!r}",
+                        f"use {a_port.node} or {b_port.node}")
+
     # ---------------------------------------------------------------- build
     def _build(self) -> None:
         for node in [*self.hosts, *self.switches]:
             ns = self.ns(node)
-            if ns in list_netns():
-                raise SpecError("prefix", f"namespace {ns} already exists", "pick another prefix")
-            _cmd(["ip", "netns", "add", ns])
+            netns.create_netns(ns)
             self._built.namespaces.append(ns)
             settings = {"net.ipv6.conf.all.disable_ipv6": "1",
                         "net.ipv6.conf.default.disable_ipv6": "1"}
@@ -128,14 +150,14 @@ class Fabric:
             else:
                 settings |= {"net.ipv4.tcp_ecn": "1", "net.ipv4.tcp_ecn_fallback": "0",
                              "net.ipv4.tcp_no_metrics_save": "1"}
-            _sysctl(ns, settings)
-            _ip_batch(ns, ["link set lo up"])
+            netns.set_sysctls(ns, settings)
+            netns.ip_batch(ns, ["link set lo up"])
         cmds: dict[str, list[str]] = {n: [] for n in [*self.hosts, *self.switches]}
         for k, link in enumerate(self.links):
             net = f"10.{200 + k // 250}.{k % 250}"
             a_dev, b_dev = f"l{k}-{link.b}"[:15], f"l{k}-{link.a}"[:15]
-            _cmd(["ip", "link", "add", "name", a_dev, "netns", self.ns(link.a), "type", "veth",
-                  "peer", "name", b_dev, "netns", self.ns(link.b)])
+            netns.run_cmd(["ip", "link", "add", "name", a_dev, "netns", self.ns(link.a),
+                           "type", "veth", "peer", "name", b_dev, "netns", self.ns(link.b)])
             a_port = Port(link.a, a_dev, f"{net}.1", f"{net}.2", link.b)
             b_port = Port(link.b, b_dev, f"{net}.2", f"{net}.1", link.a)
             self.ports[link.id] = (a_port, b_port)
@@ -146,22 +168,18 @@ class Fabric:
                 if port.node in self.hosts and self.gso_max_segs:
                     cmds[port.node].append(f"link set {port.dev} gso_max_segs {self.gso_max_segs}")
         for node, lines in cmds.items():
-            _ip_batch(self.ns(node), lines)
+            netns.ip_batch(self.ns(node), lines)
         for node in [*self.hosts, *self.switches]:
-            _ip_batch(self.ns(node), self._routes(node))
+            netns.ip_batch(self.ns(node), self._routes(node))
         for link in self.links:
             if link.rate_mbit:
                 for port in self.ports[link.id]:
-                    _tc_batch(self.ns(port.node), self._htb(port.dev, link))
+                    netns.tc_batch(self.ns(port.node), self._htb(port.dev, link))
 
     def _port(self, link: LinkSpec, node: str) -> Port:
         """The end of ``link`` in ``node``."""
         a_port, b_port = self.ports[link.id]
         return a_port if a_port.node == node else b_port
-
-    def distances(self, target: str) -> dict[str, int]:
-        """Hops from every node to `target` (hosts do not forward)."""
-        return self.graph.distances(target)
 
     def _routes(self, node: str) -> list[str]:
         lines = []
@@ -184,36 +202,54 @@ class Fabric:
 
     def _htb(self, dev: str, link: LinkSpec) -> list[str]:
         rate = f"{round(link.rate_mbit * 1e6)}bit"  # type: ignore[operator]
-        minor = _HTB_CLASS_MINOR
+        minor = HTB_CLASS_MINOR
         return [
             f"qdisc replace dev {dev} root handle 1: htb default {minor}",
             f"class add dev {dev} parent 1: classid 1:{minor} htb rate {rate} ceil {rate} "
-            f"burst {HTB_BURST_BYTES}b cburst {HTB_BURST_BYTES}b quantum {_HTB_QUANTUM_BYTES}",
+            f"burst {HTB_BURST_BYTES}b cburst {HTB_BURST_BYTES}b quantum {HTB_QUANTUM_BYTES}",
             f"qdisc add dev {dev} parent 1:{minor} handle {minor}: bfifo limit "
             f"{link.queue_packets * (self.mtu_bytes + ETHERNET_HEADER_BYTES)}",
         ]
 
     # ---------------------------------------------------------------- use
-    def qdisc_stats(self, node: str) -> dict[str, dict]:
+    def qdisc_stats(self, node: str) -> dict[str, netns.QdiscStats]:
         """Root-qdisc counters per device of one node: bytes, packets, drops, backlog."""
-        out = _cmd(nsenter_argv(self.ns(node), ["tc", "-s", "-j", "qdisc", "show"]))
-        stats = {}
-        for q in json.loads(out or "[]"):
-            if q.get("root"):
-                stats[q["dev"]] = {"bytes": q.get("bytes", 0), "packets": q.get("packets", 0),
-                                   "drops": q.get("drops", 0), "backlog": q.get("backlog", 0)}
-        return stats
+        return netns.qdisc_stats(self.ns(node))
+
+    def queue(self, port: Port) -> netns.QdiscStats:
+        """The counters of one egress port's queue."""
+        return netns.qdisc_stats(self.ns(port.node), port.dev)[port.dev]
+
+    def run(self, node: str, argv: Sequence[str], **popen_kw: Any) -> subprocess.Popen[Any]:
+        """Start ``argv`` inside ``node``'s namespace; it is stopped on close()."""
+        with self._lock:
+            if self._built.closed:
+                raise netns.NetnsError("fabric is closed")
+            proc = subprocess.Popen(nsenter_argv(self.ns(node), argv), **popen_kw)
+            self._built.procs.append(proc)
+        return proc
+
+    def check_output(self, node: str, argv: Sequence[str], timeout_s: float = 60) -> str:
+        """Run ``argv`` to completion in ``node``'s namespace and return its stdout."""
+        proc = subprocess.run(nsenter_argv(self.ns(node), argv), capture_output=True,
+                              text=True, check=False, timeout=timeout_s)
+        if proc.returncode != 0:
+            raise netns.NetnsError(f"{' '.join(argv)} in {self.ns(node)} exited "
+                                   f"{proc.returncode}: {proc.stderr.strip()}")
+        return proc.stdout
 
     def close(self) -> None:
+        """Stop our processes and delete our namespaces; safe to call repeatedly."""
         with self._lock:
             if self._built.closed:
                 return
             self._built.closed = True
+        for proc in self._built.procs:
+            netns.stop_process(proc)
         for ns in reversed(self._built.namespaces):
             with contextlib.suppress(Exception):
-                _delete_netns(ns)
-        with _LIVE_LOCK:
-            _LIVE.discard(self)  # type: ignore[arg-type]
+                netns.delete_netns(ns)
+        netns.untrack(self)
 
     def __enter__(self) -> Fabric:
         return self
@@ -221,21 +257,29 @@ class Fabric:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def __repr__(self) -> str:
+        return (f"Fabric(tag={self.tag!r}, hosts={len(self.hosts)}, "
+                f"switches={len(self.switches)}, links={len(self.links)})")
 
-def from_graph(graph: NetworkGraph, **kw: object) -> Fabric:
-    """Build ``graph`` out of namespaces (see Fabric for the keyword options)."""
-    return Fabric(graph.hosts, graph.switches, graph.links, **kw)  # type: ignore[arg-type]
+
+def for_topology(topology: Topology, prefix: str | None = None,
+                 graph: NetworkGraph | None = None) -> Fabric:
+    """A scenario topology's fabric (``graph``: the plan's, when the caller has it)."""
+    from mltcp.lab.graph import graph_for
+
+    return Fabric(graph or graph_for(topology), prefix=prefix,
+                  gso_max_segs=topology.gso_max_segs, rto_min_ms=topology.rto_min_ms,
+                  mtu_bytes=topology.mtu_bytes)
 
 
 def dumbbell(hosts: int, bottleneck_mbit: float, queue_packets: int,
-             host_link_mbit: float | None = None, **kw: object) -> Fabric:
-    """h1..h(n/2) on switch L, the rest on switch R, one shaped link L-R ("bottleneck")."""
-    return from_graph(dumbbell_graph(hosts, bottleneck_mbit, queue_packets, host_link_mbit),
-                      **kw)
+             host_link_mbit: float | None = None, **kw: Any) -> Fabric:
+    """h1..h(n/2) on switch swL, the rest on swR, one shaped link swL-swR ("bottleneck")."""
+    return Fabric(dumbbell_graph(hosts, bottleneck_mbit, queue_packets, host_link_mbit), **kw)
 
 
 def leaf_spine(leaves: int, spines: int, hosts_per_leaf: int, host_link_mbit: float,
-               oversubscription: float, queue_packets: int, **kw: object) -> Fabric:
+               oversubscription: float, queue_packets: int, **kw: Any) -> Fabric:
     """Hosts on leaves, every leaf linked to every spine (see graph.leaf_spine_graph)."""
-    return from_graph(leaf_spine_graph(leaves, spines, hosts_per_leaf, host_link_mbit,
-                                       oversubscription, queue_packets), **kw)
+    return Fabric(leaf_spine_graph(leaves, spines, hosts_per_leaf, host_link_mbit,
+                                   oversubscription, queue_packets), **kw)

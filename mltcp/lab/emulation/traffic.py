@@ -1,298 +1,221 @@
-"""Synthetic distributed-training traffic over real kernel TCP sockets.
+"""The testbed's one traffic generator: training jobs (and bulk flows) over real kernel TCP.
 
-Training jobs alternate a compute phase (no traffic) with a communication phase
-that moves a fixed number of bytes; an iteration only finishes when the *last*
-byte is acknowledged, which is what MLTCP's window scaling tries to speed up.
-This module reproduces that pattern (``send --iterations``), a plain bulk
-transfer for calibration (``send --duration``) and a discard server (``sink``):
+A job is one process (``python -m mltcp.lab.emulation.traffic SPEC.json``) whose
+workers are threads; each thread enters its worker's host namespace (setns on the
+thread) before it creates sockets, so the sockets live in that host's TCP stack while
+the job keeps one clock and one barrier.  Every worker listens on its endpoint and
+discards what arrives; the *senders* open ``connections`` connections each to their
+successor:
 
-    python -m mltcp.lab.emulation.traffic sink --port 5001 [--cc dctcp]
-    python -m mltcp.lab.emulation.traffic send --dst 10.201.101.2 --port 5001 --cc cubic \\
-        --conns 4 --iterations 10 --bytes-per-iteration 20M --compute-ms 50
+* ``pattern = "ring"``: every worker sends to the next one in ring order (ring
+  AllReduce's bytes on every link); ``"oneway"``: worker 0 sends to worker 1 only (a
+  single flow, for measurements of one direction).
+* ``iterations > 0``: per iteration every sender sleeps for the compute time (plus
+  that iteration's seeded jitter), then hands its share to the kernel at once and
+  waits until all of it is acknowledged; the iteration ends when the last sender's
+  data is ACKed (barrier), then all start the next compute.  The ring is pipelined:
+  each worker streams its 2(N-1)/N x G bytes to its successor without waiting for
+  per-step chunks from its predecessor; the bytes on every link and the barrier are
+  those of ring AllReduce, the step-level dependencies inside one iteration are not
+  modelled.
+* ``duration_s > 0``: bulk instead: every sender streams for that long (goodput
+  counts the bytes ACKed by the deadline).
 
-The congestion control is chosen per socket (TCP_CONGESTION before connect),
-never as a namespace default: MLTCP's BPF congestion controls cannot be one.
-Times in the JSON report are seconds since the connections were established;
-``t0_monotonic`` is that instant on CLOCK_MONOTONIC, which all namespaces share,
-so reports of concurrent jobs can be put on one time line.
+The report (JSON, at ``spec.out``) has the iterations (times in seconds since the
+job's time 0: ``t0``, or the moment every connection was up), the bytes acknowledged,
+and optionally ``TCP_INFO`` samples of every sending connection.  ``Launch`` starts
+several jobs at once from the calling process and collects their reports; the netns
+backend, ``mltcp demo --live``, the kernel tests and the datapath benchmark all drive
+traffic through it.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import errno
 import json
 import os
-import signal
 import socket
 import struct
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from types import FrameType
+from pathlib import Path
 from typing import Any
 
+from mltcp.core import validate
 from mltcp.core.errors import MltcpError, SpecError
-from mltcp.core.validate import parse_bytes
-from mltcp.lab.trace import IterationRecord
-
-TCP_CONGESTION = getattr(socket, "TCP_CONGESTION", 13)
-TCP_INFO = getattr(socket, "TCP_INFO", 11)
-_TCP_INFO_BUFLEN = 512
-_SEND_CHUNK = 1 << 20
-_RECV_BUF = 1 << 20
-_SEND_TIMEOUT_S = 0.05
-_ACK_POLL_S = 0.0001
-_CONNECT_TIMEOUT_S = 10.0
-_AVAILABLE_CC = "/proc/sys/net/ipv4/tcp_available_congestion_control"
-
-
-# --------------------------------------------------------------------------- TCP_INFO
-
-# (field, byte offset in Linux `struct tcp_info` from <linux/tcp.h>, struct code).
-# The layout is append-only ABI: fields are never moved, only added at the end,
-# so fixed offsets are safe; a field past the length the kernel returns is absent.
-#   0..7   eight __u8 (state, ca_state, retransmits, probes, backoff, options,
-#          wscale bits, app_limited bits)
-#   8 rto, 12 ato, 16 snd_mss, 20 rcv_mss, 24 unacked, 28 sacked, 32 lost,
-#   36 retrans, 40 fackets, 44..56 four last_* times, 60 pmtu, 64 rcv_ssthresh,
-#   68 rtt, 72 rttvar, 76 snd_ssthresh, 80 snd_cwnd, 84 advmss, 88 reordering,
-#   92 rcv_rtt, 96 rcv_space, 100 total_retrans, 104 pacing_rate (u64),
-#   112 max_pacing_rate, 120 bytes_acked, 128 bytes_received, 136 segs_out,
-#   140 segs_in, 144 notsent_bytes, 148 min_rtt, 152 data_segs_in,
-#   156 data_segs_out, 160 delivery_rate (u64), 168 busy_time, 176 rwnd_limited,
-#   184 sndbuf_limited, 192 delivered, 196 delivered_ce, 200 bytes_sent (u64),
-#   208 bytes_retrans (u64), 216 dsack_dups, 220 reord_seen, 224 rcv_ooopack,
-#   228 snd_wnd, 232 rcv_wnd, 236 rehash, 240 total_rto (u16, Linux 6.7),
-#   242 total_rto_recoveries (u16), 244 total_rto_time (ms).
-_TCP_INFO_FIELDS: tuple[tuple[str, int, str], ...] = (
-    ("state", 0, "B"),
-    ("ca_state", 1, "B"),
-    ("rto_us", 8, "I"),
-    ("snd_mss", 16, "I"),
-    ("unacked", 24, "I"),
-    ("lost", 32, "I"),
-    ("retrans", 36, "I"),
-    ("rtt_us", 68, "I"),
-    ("rttvar_us", 72, "I"),
-    ("snd_ssthresh", 76, "I"),
-    ("snd_cwnd", 80, "I"),
-    ("total_retrans", 100, "I"),
-    ("pacing_rate", 104, "Q"),
-    ("bytes_acked", 120, "Q"),
-    ("bytes_received", 128, "Q"),
-    ("notsent_bytes", 144, "I"),
-    ("min_rtt_us", 148, "I"),
-    ("delivery_rate", 160, "Q"),
-    ("delivered", 192, "I"),
-    ("delivered_ce", 196, "I"),
-    ("bytes_sent", 200, "Q"),
-    ("bytes_retrans", 208, "Q"),
-    ("total_rto", 240, "H"),
-    ("total_rto_time_ms", 244, "I"),
+from mltcp.host.namespaces import enter_netns
+from mltcp.lab.emulation.sockets import (
+    drain,
+    hold_whole_share,
+    read_tcp_info,
+    send_and_wait_acked,
+    set_congestion,
+    split_evenly,
+    zero_payload,
 )
-# notsent_bytes (Linux 4.6) is the newest field we cannot do without.
-_TCP_INFO_MIN_LEN = 148
+
+MODULE = "mltcp.lab.emulation.traffic"   # how `mltcp testbed clean` recognises leftovers
+PATTERNS = ("ring", "oneway")
+ACK_POLL_S = 0.0005        # per sending thread: 4+ pollers share 2 cores with the network
+_BULK_CHUNK = 1 << 20
+_BULK_SEND_TIMEOUT_S = 0.05
+_CONNECT_TIMEOUT_S = 30.0
+_LISTEN_TIMEOUT_S = 10.0
+PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
-class TcpInfo:
-    """The subset of Linux ``struct tcp_info`` that traffic analysis needs.
+class Endpoint:
+    """Where a worker lives: its host's namespace (a path; None: the caller's own), the
+    address its listener binds and its predecessor connects to, and the port."""
 
-    Units as the kernel reports them: segments for cwnd/unacked/lost/retrans,
-    microseconds for *_us, bytes/s for rates, bytes otherwise.  Fields newer than
-    the running kernel are 0.  Raw kernel values: ``bytes_acked`` also counts the
-    SYN (and FIN) sequence numbers, so a client that sent N data bytes reads N + 1;
-    ``bytes_sent`` counts data only.  Use differences for data progress.
-    """
-
-    state: int
-    ca_state: int
-    rto_us: int
-    snd_mss: int
-    unacked: int
-    lost: int
-    retrans: int
-    rtt_us: int
-    rttvar_us: int
-    snd_ssthresh: int
-    snd_cwnd: int
-    total_retrans: int
-    pacing_rate: int
-    bytes_acked: int
-    bytes_received: int
-    notsent_bytes: int
-    min_rtt_us: int
-    delivery_rate: int
-    delivered: int
-    delivered_ce: int
-    bytes_sent: int
-    bytes_retrans: int
-    total_rto: int            # retransmission timeouts so far (Linux >= 6.7, else 0)
-    total_rto_time_ms: int    # time spent recovering from them (Linux >= 6.7, else 0)
-
-
-def parse_tcp_info(buf: bytes) -> TcpInfo:
-    """Decode the bytes of ``getsockopt(TCP_INFO)`` by fixed offset (host order)."""
-    if len(buf) < _TCP_INFO_MIN_LEN:
-        raise ValueError(f"tcp_info is {len(buf)} bytes, need >= {_TCP_INFO_MIN_LEN}")
-    values: dict[str, int] = {}
-    for name, offset, code in _TCP_INFO_FIELDS:
-        end = offset + struct.calcsize(code)
-        values[name] = struct.unpack_from("=" + code, buf, offset)[0] if end <= len(buf) else 0
-    return TcpInfo(**values)
-
-
-def read_tcp_info(sock: socket.socket) -> TcpInfo:
-    """The kernel's current TCP_INFO for ``sock``."""
-    return parse_tcp_info(sock.getsockopt(socket.IPPROTO_TCP, TCP_INFO, _TCP_INFO_BUFLEN))
-
-
-# --------------------------------------------------------------------------- sockets
-
-
-def available_congestion_controls() -> list[str]:
-    try:
-        with open(_AVAILABLE_CC) as f:
-            return f.read().split()
-    except OSError:
-        return []
-
-
-def set_congestion(sock: socket.socket, cc: str) -> None:
-    """Select ``cc`` for ``sock``; SpecError naming --cc if the kernel refuses it."""
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, cc.encode())
-    except OSError as exc:
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
-        if exc.errno == errno.ENOENT:
-            reason = "not registered in the kernel"
-        elif exc.errno == errno.EPERM:
-            reason = "not in net.ipv4.tcp_allowed_congestion_control and no CAP_NET_ADMIN"
-        raise SpecError(
-            "--cc", f"the kernel rejected congestion control {cc!r} ({reason})",
-            f"use one of: {' '.join(available_congestion_controls()) or '?'}"
-            " (or load the module that registers it)",
-        ) from exc
-
-
-def connect(dst: str, port: int, cc: str) -> socket.socket:
-    """A connected TCP socket whose CC was set before the SYN (so it is used from byte 0)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        set_congestion(sock, cc)
-        sock.settimeout(_CONNECT_TIMEOUT_S)
-        sock.connect((dst, port))
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def wait_acked(sock: socket.socket, deadline: float | None = None,
-               poll_s: float = _ACK_POLL_S) -> TcpInfo:
-    """Poll TCP_INFO until everything written to ``sock`` has been acknowledged.
-
-    ``sendall`` returns once data is in the socket buffer; a training collective
-    is only done when the receiver has it, i.e. no unacked and no unsent bytes.
-    """
-    while True:
-        info = read_tcp_info(sock)
-        if info.unacked == 0 and info.notsent_bytes == 0:
-            return info
-        if deadline is not None and time.monotonic() > deadline:
-            raise TimeoutError("data still unacknowledged at deadline")
-        time.sleep(poll_s)
-
-
-# --------------------------------------------------------------------------- sender
-
-
-@dataclass(frozen=True)
-class SendConfig:
-    """One ``send`` run: either ``duration_s`` (bulk) or ``iterations`` (training)."""
-
-    dst: str
+    netns: str | None
+    addr: str
     port: int
-    cc: str
-    conns: int = 1
-    duration_s: float | None = None
-    iterations: int | None = None
-    bytes_per_iteration: int = 0
-    compute_ms: float = 0.0
-    sample_ms: float = 10.0
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.port <= 65535:
-            raise SpecError("--port", f"{self.port} is out of range", "use 1..65535")
-        if not 1 <= self.conns <= 1024:
-            raise SpecError("--conns", f"{self.conns} is out of range", "use 1..1024")
-        if (self.duration_s is None) == (self.iterations is None):
-            raise SpecError("--duration", "give exactly one of --duration and --iterations",
-                            "use --duration S for bulk or --iterations K for training")
-        if self.duration_s is not None and not 0 < self.duration_s <= 86400:
-            raise SpecError("--duration", f"{self.duration_s} is out of range",
-                            "use seconds > 0")
-        if self.iterations is not None:
-            if self.iterations < 1:
-                raise SpecError("--iterations", f"{self.iterations} < 1", "use >= 1")
-            if self.bytes_per_iteration < self.conns:
-                raise SpecError("--bytes-per-iteration",
-                                f"{self.bytes_per_iteration} is less than one byte per conn",
-                                f"use >= --conns ({self.conns}) bytes, e.g. 20M")
-        if self.compute_ms < 0:
-            raise SpecError("--compute-ms", f"{self.compute_ms} < 0", "use >= 0")
-        if not 0.1 <= self.sample_ms <= 60_000:
-            raise SpecError("--sample-ms", f"{self.sample_ms} is out of range",
-                            "use 0.1..60000")
 
 
 @dataclass
-class _Run:
-    """Shared state of one sender run (sockets, clock, samples)."""
+class TrafficSpec:
+    """One job's traffic (validated on construction, JSON in and out)."""
 
-    socks: list[socket.socket]
-    t0: float
-    base_acked: list[int] = field(default_factory=list)
-    """bytes_acked at t0 (the SYN counts as 1), so samples report data bytes."""
-    samples: list[dict[str, Any]] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
+    name: str
+    workers: list[Endpoint]
+    cc: str
+    connections: int = 1
+    pattern: str = "ring"
+    iterations: int = 0
+    bytes_per_worker: int = 0
+    compute_ms: float = 0.0
+    compute_jitter_ms: list[float] = field(default_factory=list)
+    duration_s: float = 0.0
+    t0: float | None = None            # CLOCK_MONOTONIC of time 0; None: once connected
+    start_offset_ms: float = 0.0
+    sample_ms: float = 0.0             # > 0: TCP_INFO of every sending connection
+    listener_cc: str | None = None     # DCTCP receivers must run DCTCP too (ECN echo)
+    cgroup: str | None = None          # cgroup v2 directory the process joins first
+    out: str = ""
 
-    def now(self) -> float:
-        return time.monotonic() - self.t0
+    def __post_init__(self) -> None:
+        self.workers = [w if isinstance(w, Endpoint) else Endpoint(**w) for w in self.workers]
+        validate.choice(self.pattern, "pattern", PATTERNS)
+        if len(self.workers) < 2:
+            raise SpecError("workers", f"{len(self.workers)} worker(s)",
+                            "give at least two (a sender and its successor)")
+        for i, w in enumerate(self.workers):
+            validate.port(w.port, f"workers[{i}].port")
+        validate.integer(self.connections, "connections", 1, 1024, "1")
+        if self.duration_s:
+            validate.number(self.duration_s, "duration_s", 0, 86_400, "3", lo_open=True)
+        if self.iterations:
+            validate.integer(self.iterations, "iterations", 1, 1_000_000, "20")
+        if bool(self.iterations) == bool(self.duration_s):
+            raise SpecError("iterations", "give exactly one of iterations and duration_s",
+                            "iterations > 0 for training traffic, duration_s > 0 for bulk")
+        if self.iterations and self.bytes_per_worker < self.connections:
+            raise SpecError("bytes_per_worker", f"{self.bytes_per_worker} is less than one "
+                            "byte per connection",
+                            f"use at least {self.connections} (one per connection)")
+        validate.number(self.compute_ms, "compute_ms", 0, 600_000, "120")
+        if self.sample_ms:
+            validate.number(self.sample_ms, "sample_ms", 0.1, 60_000, "10")
 
-    def acked(self) -> list[int]:
-        return [read_tcp_info(s).bytes_acked for s in self.socks]
+    @property
+    def senders(self) -> list[int]:
+        """The workers that send (to their successor)."""
+        return list(range(len(self.workers))) if self.pattern == "ring" else [0]
+
+    @property
+    def receivers(self) -> list[int]:
+        return [(i + 1) % len(self.workers) for i in self.senders]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> TrafficSpec:
+        return cls(**json.loads(text))
 
 
-def _sampler(run: _Run, period_s: float) -> None:
-    """Record cwnd/RTT/progress of every connection each ``period_s``."""
-    next_t = time.monotonic()
-    while not run.stop.is_set():
-        t = run.now()
-        for i, (sock, base) in enumerate(zip(run.socks, run.base_acked, strict=True)):
-            try:
-                info = read_tcp_info(sock)
-            except OSError:
-                return
-            run.samples.append({
-                "t": round(t, 6), "conn": i, "cwnd": info.snd_cwnd, "rtt_us": info.rtt_us,
-                "bytes_acked": info.bytes_acked - base, "retrans": info.total_retrans,
-                "ssthresh": info.snd_ssthresh, "ca_state": info.ca_state,
-                "delivered": info.delivered, "delivered_ce": info.delivered_ce,
-            })
-        next_t += period_s
-        run.stop.wait(max(0.0, next_t - time.monotonic()))
+# --------------------------------------------------------------------------- the job
 
 
-def _bulk_writer(sock: socket.socket, stop: threading.Event) -> None:
-    payload = memoryview(bytes(_SEND_CHUNK))
-    sock.settimeout(_SEND_TIMEOUT_S)
-    while not stop.is_set():
+@dataclass
+class _Sender:
+    """One sending worker's connections and what its last iteration took."""
+
+    index: int
+    socks: list[socket.socket] = field(default_factory=list)
+    comm_end: float = 0.0
+    retransmits: int = 0
+    rtos: int = 0
+    error: BaseException | None = None
+
+
+def _listen(spec: TrafficSpec, w: Endpoint, n: int, ready: threading.Event,
+            failures: list[BaseException]) -> None:
+    """Accept ``n`` connections on the worker's endpoint and discard what they carry."""
+    try:
+        if w.netns:
+            enter_netns(w.netns)
+        srv = socket.socket()
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if spec.listener_cc:
+            set_congestion(srv, spec.listener_cc)   # accepted sockets inherit it
+        srv.bind((w.addr, w.port))
+        srv.listen(n)
+        ready.set()
+        for _ in range(n):
+            conn, _ = srv.accept()
+            threading.Thread(target=drain, args=(conn,), daemon=True).start()
+        srv.close()
+    except BaseException as exc:   # reported by the main thread
+        failures.append(exc)
+        ready.set()
+
+
+def _loss_counters(socks: list[socket.socket]) -> tuple[int, int]:
+    """(segments retransmitted, retransmission timeouts) so far, over ``socks``."""
+    infos = [read_tcp_info(s) for s in socks]
+    return sum(i.total_retrans for i in infos), sum(i.total_rto for i in infos)
+
+
+class _Sampler(threading.Thread):
+    """TCP_INFO of every sending connection every ``period_s`` (cwnd, RTT, progress)."""
+
+    def __init__(self, socks: list[socket.socket], t0: float, period_s: float) -> None:
+        super().__init__(daemon=True)
+        self.socks, self.t0, self.period_s = socks, t0, period_s
+        self.base = [read_tcp_info(s).bytes_acked for s in socks]   # the SYN counts 1
+        self.samples: list[dict[str, Any]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        next_t = time.monotonic()
+        while not self.stop.is_set():
+            t = time.monotonic() - self.t0
+            for i, (sock, base) in enumerate(zip(self.socks, self.base, strict=True)):
+                try:
+                    info = read_tcp_info(sock)
+                except OSError:
+                    return
+                self.samples.append({
+                    "t": round(t, 6), "conn": i, "cwnd": info.snd_cwnd, "rtt_us": info.rtt_us,
+                    "bytes_acked": info.bytes_acked - base, "retrans": info.total_retrans,
+                    "ssthresh": info.snd_ssthresh, "ca_state": info.ca_state,
+                    "delivered": info.delivered, "delivered_ce": info.delivered_ce})
+            next_t += self.period_s
+            self.stop.wait(max(0.0, next_t - time.monotonic()))
+
+
+def _bulk(sock: socket.socket, deadline: float) -> None:
+    payload = memoryview(bytes(_BULK_CHUNK))
+    sock.settimeout(_BULK_SEND_TIMEOUT_S)
+    while time.monotonic() < deadline:
         try:
             sock.send(payload)
         except TimeoutError:
@@ -301,269 +224,252 @@ def _bulk_writer(sock: socket.socket, stop: threading.Event) -> None:
             return
 
 
-def _run_duration(run: _Run, duration_s: float) -> tuple[int, float, list[IterationRecord]]:
-    """Bulk-send for ``duration_s``; goodput counts bytes ACKed by the deadline."""
-    base = run.base_acked
-    writers = [threading.Thread(target=_bulk_writer, args=(s, run.stop), daemon=True)
-               for s in run.socks]
-    for w in writers:
-        w.start()
-    time.sleep(max(0.0, duration_s - run.now()))
-    elapsed = run.now()
-    total = sum(a - b for a, b in zip(run.acked(), base, strict=True))
-    run.stop.set()
-    for w in writers:
-        w.join()
-    return total, elapsed, []
+def run(spec: TrafficSpec) -> dict[str, Any]:
+    """Run the job; its report (see the module docstring)."""
+    if spec.cgroup:
+        Path(spec.cgroup, "cgroup.procs").write_text(str(os.getpid()))
+    failures: list[BaseException] = []
+    listeners = sorted(set(spec.receivers))
+    ready = [threading.Event() for _ in listeners]
+    for w, ev in zip(listeners, ready, strict=True):
+        threading.Thread(target=_listen, args=(spec, spec.workers[w], spec.connections, ev,
+                                               failures), daemon=True).start()
+    for ev in ready:
+        ev.wait(_LISTEN_TIMEOUT_S)
+    if failures:
+        raise failures[0]
 
+    senders = [_Sender(i) for i in spec.senders]
+    shares = split_evenly(spec.bytes_per_worker, spec.connections) if spec.iterations \
+        else [0] * spec.connections
+    barrier = threading.Barrier(len(senders) + 1)     # senders + the recording main thread
+    clock: dict[str, float] = {}
 
-SO_SNDBUFFORCE = 32          # Linux: SO_SNDBUF beyond wmem_max, needs CAP_NET_ADMIN
-MAX_PAYLOAD = 64 << 20       # the largest single write; bigger shares go in several
-
-
-def hold_whole_share(sock: socket.socket, nbytes: int) -> None:
-    """Size the send buffer so one iteration's share fits into the kernel at once.
-
-    Why: with the default buffer the sending thread must refill it during the
-    communication phase; on a busy host a Python thread can wait several ms for
-    the CPU or the GIL while the buffer runs dry.  That stalls the flow (the
-    network idles although the job has data) and an MLTCP job reads the stall
-    as an iteration boundary.  A real training job hands its gradient buffers
-    to the NIC/NCCL at once, so the whole share belongs in the kernel.  Per-
-    segment skbs cost ~2x their payload in buffer accounting, hence the factor.
-    """
-    want = min(2 * nbytes + (1 << 20), (1 << 31) - 1)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, want)
-    except PermissionError:   # without CAP_NET_ADMIN: as far as wmem_max allows
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, want)
-
-
-def zero_payload(nbytes: int) -> memoryview:
-    """A reusable buffer for shares of up to ``nbytes`` (allocated once, not per iteration)."""
-    return memoryview(bytes(min(max(nbytes, 1), MAX_PAYLOAD)))
-
-
-def send_and_wait_acked(sock: socket.socket, nbytes: int, payload: memoryview | None = None,
-                        poll_s: float = _ACK_POLL_S) -> int:
-    """Write ``nbytes`` in as few calls as possible (a refill between chunks is a
-    stall, see hold_whole_share) and wait for their ACKs; returns the bytes newly ACKed.
-    ``poll_s``: how often TCP_INFO is read meanwhile (processes with many senders on a
-    small host poll less often, to leave the CPU to the network)."""
-    before = read_tcp_info(sock).bytes_acked
-    payload = payload if payload is not None and len(payload) else zero_payload(nbytes)
-    left = nbytes
-    while left:
-        n = min(left, len(payload))
-        sock.sendall(payload[:n])
-        left -= n
-    return wait_acked(sock, poll_s=poll_s).bytes_acked - before
-
-
-def split_evenly(total: int, parts: int) -> list[int]:
-    base, extra = divmod(total, parts)
-    return [base + (1 if i < extra else 0) for i in range(parts)]
-
-
-def _run_iterations(run: _Run, cfg: SendConfig) -> tuple[int, float, list[IterationRecord]]:
-    """Compute (sleep), then send one iteration's bytes over all conns in parallel."""
-    assert cfg.iterations is not None
-    shares = split_evenly(cfg.bytes_per_iteration, cfg.conns)
-    for s, share in zip(run.socks, shares, strict=True):
-        s.settimeout(None)
-        hold_whole_share(s, share)
-    payload = zero_payload(max(shares))
-    records = []
-    with ThreadPoolExecutor(max_workers=cfg.conns, thread_name_prefix="comm") as pool:
-        for k in range(cfg.iterations):
-            start = run.now()
-            time.sleep(cfg.compute_ms / 1000)
-            comm_start = run.now()
-            acked = sum(pool.map(send_and_wait_acked, run.socks, shares,
-                                 [payload] * len(shares)))
-            comm_end = run.now()
-            records.append(IterationRecord(k, start, comm_start, comm_end, comm_end, acked))
-    total = sum(r.bytes for r in records)
-    return total, run.now(), records
-
-
-def run_sender(cfg: SendConfig) -> dict[str, Any]:
-    """Run one sender according to ``cfg`` and return the JSON-ready report."""
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(cfg.conns):
-            socks.append(connect(cfg.dst, cfg.port, cfg.cc))
-        run = _Run(socks=socks, t0=time.monotonic())
-        run.base_acked = run.acked()
-        sampler = threading.Thread(target=_sampler, args=(run, cfg.sample_ms / 1000),
-                                   daemon=True)
-        sampler.start()
+    def sender_main(s: _Sender) -> None:
+        me, succ = spec.workers[s.index], spec.workers[(s.index + 1) % len(spec.workers)]
         try:
-            if cfg.duration_s is not None:
-                total, elapsed, records = _run_duration(run, cfg.duration_s)
-            else:
-                total, elapsed, records = _run_iterations(run, cfg)
-        finally:
-            run.stop.set()
+            if me.netns:
+                enter_netns(me.netns)
+            for _ in range(spec.connections):
+                sock = socket.socket()
+                set_congestion(sock, spec.cc)
+                if spec.iterations:
+                    hold_whole_share(sock, max(shares))
+                # Reset on close: a job killed mid-iteration must not leave orphaned
+                # sockets retransmitting megabytes (and pinning the MLTCP module) for
+                # minutes; after a bulk run, buffered data must not flow into the next
+                # measurement.  A finished iteration has nothing unacknowledged anyway.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.settimeout(_CONNECT_TIMEOUT_S)
+                sock.connect((succ.addr, succ.port))
+                s.socks.append(sock)
+            barrier.wait()                              # connected
+            barrier.wait()                              # time 0 is set
+            if not spec.iterations:
+                threads = [threading.Thread(target=_bulk, args=(sock, clock["deadline"]))
+                           for sock in s.socks]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                barrier.wait()                          # every bulk sender is done
+                return
+            # One zero buffer per worker, sent whole: a refill between chunks is a stall.
+            payload = zero_payload(max(shares))
+            for sock in s.socks:
+                sock.settimeout(None)
+            for _ in range(spec.iterations):
+                barrier.wait()                          # iteration starts (compute done)
+                before = _loss_counters(s.socks)
+                sends = [threading.Thread(target=send_and_wait_acked,
+                                          args=(sock, n, payload, ACK_POLL_S))
+                         for sock, n in zip(s.socks, shares, strict=True) if n]
+                for t in sends:
+                    t.start()
+                for t in sends:
+                    t.join()
+                s.comm_end = time.monotonic()
+                after = _loss_counters(s.socks)
+                s.retransmits, s.rtos = after[0] - before[0], after[1] - before[1]
+                barrier.wait()                          # every sender's data ACKed
+        except BaseException as exc:
+            s.error = exc
+            barrier.abort()
+
+    threads = [threading.Thread(target=sender_main, args=(s,), daemon=True) for s in senders]
+    for t in threads:
+        t.start()
+    records: list[dict[str, Any]] = []
+    sampler = None
+    try:
+        barrier.wait()
+        t0 = spec.t0 if spec.t0 is not None else time.monotonic()
+        socks = [sock for s in senders for sock in s.socks]
+        base = [read_tcp_info(sock).bytes_acked for sock in socks]
+        if spec.sample_ms:
+            sampler = _Sampler(socks, t0, spec.sample_ms / 1000)
+            sampler.start()
+        start_at = t0 + spec.start_offset_ms / 1000
+        clock["deadline"] = start_at + spec.duration_s
+        if start_at > time.monotonic():
+            time.sleep(start_at - time.monotonic())
+        barrier.wait()
+        if spec.iterations:
+            records = _iterations(spec, senders, barrier, t0)
+        else:       # goodput counts what was ACKed by the deadline, read right there
+            time.sleep(max(0.0, clock["deadline"] - time.monotonic()))
+        acked = sum(read_tcp_info(sock).bytes_acked - b for sock, b in zip(socks, base,
+                                                                          strict=True))
+        elapsed = time.monotonic() - start_at
+        if not spec.iterations:
+            barrier.wait()                              # the bulk senders stopped
+    except threading.BrokenBarrierError:
+        errors = [s.error for s in senders if s.error]
+        raise errors[0] if errors else RuntimeError("job barrier broken") from None
+    finally:
+        if sampler is not None:
+            sampler.stop.set()
             sampler.join()
-    finally:
-        for s in socks:
-            _abort_close(s, graceful=cfg.duration_s is None)
-    return {
-        "cc": cfg.cc,
-        "conns": cfg.conns,
-        "dst": cfg.dst,
-        "port": cfg.port,
-        "t0_monotonic": run.t0,
-        "iterations": [{k: _round(v) for k, v in asdict(r).items()} for r in records],
-        "bytes_acked_total": total,
-        "duration_s": round(elapsed, 6),
-        "goodput_bps": total * 8 / elapsed if elapsed > 0 else 0.0,
-        "samples": run.samples,
-    }
+    for t in threads:
+        t.join(timeout=10)
+    for s in senders:
+        for sock in s.socks:
+            sock.close()
+    return {"name": spec.name, "cc": spec.cc, "connections": spec.connections,
+            "pattern": spec.pattern, "t0_monotonic": t0, "iterations": records,
+            "bytes_acked_total": acked, "duration_s": round(elapsed, 6),
+            "goodput_bps": acked * 8 / elapsed if elapsed > 0 else 0.0,
+            "samples": sampler.samples if sampler is not None else []}
 
 
-def _round(v: Any) -> Any:
-    return round(v, 6) if isinstance(v, float) else v
+def _iterations(spec: TrafficSpec, senders: list[_Sender], barrier: threading.Barrier,
+                t0: float) -> list[dict[str, Any]]:
+    """The main thread's side of every iteration: compute, then the two barriers."""
+    records = []
+    for k in range(spec.iterations):
+        it_start = time.monotonic()
+        jitter = spec.compute_jitter_ms[k] if k < len(spec.compute_jitter_ms) else 0.0
+        time.sleep(max(0.0, spec.compute_ms + jitter) / 1000)
+        comm_start = time.monotonic()
+        barrier.wait()
+        barrier.wait()
+        comm_end = max(s.comm_end for s in senders)
+        records.append({"index": k, "start": it_start - t0, "comm_start": comm_start - t0,
+                        "comm_end": comm_end - t0, "end": comm_end - t0,
+                        "bytes": spec.bytes_per_worker * len(senders),
+                        "retransmits": sum(s.retransmits for s in senders),
+                        "rtos": sum(s.rtos for s in senders)})
+    return records
 
 
-def _abort_close(sock: socket.socket, *, graceful: bool) -> None:
-    """Close; after a bulk run, reset instead so megabytes of buffered data do not
-    keep flowing into the next measurement."""
-    if not graceful:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    sock.close()
+# --------------------------------------------------------------------------- launching
 
 
-# --------------------------------------------------------------------------- sink
+class Launch:
+    """Jobs started together, each its own process; their reports once they end.
 
+    Use as a context manager: leaving it stops whatever still runs.  A job whose
+    process fails is an :class:`~mltcp.core.errors.MltcpError` naming the job and
+    carrying its error line."""
 
-class _Stop(Exception):
-    """Raised from the signal handler to leave the accept loop."""
+    def __init__(self, specs: Sequence[TrafficSpec]) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="mltcp-traffic-")
+        self.specs = []
+        self.procs: list[subprocess.Popen[str]] = []
+        for k, spec in enumerate(specs):
+            out = Path(self._tmp.name) / f"{k}-{spec.name}.json"
+            spec = TrafficSpec(**{**asdict(spec), "out": str(out)})
+            path = out.with_suffix(".spec.json")
+            path.write_text(spec.to_json())
+            self.specs.append(spec)
+            self.procs.append(subprocess.Popen([sys.executable, "-m", MODULE, str(path)],
+                                               stderr=subprocess.PIPE, text=True))
 
+    def running(self) -> bool:
+        return any(p.poll() is None for p in self.procs)
 
-def drain(conn: socket.socket, counter: list[int]) -> None:
-    buf = bytearray(_RECV_BUF)
-    total = 0
-    with conn:
-        while True:
+    def wait(self, timeout_s: float = 600.0) -> list[dict[str, Any]]:
+        """Every job's report, in the order given."""
+        deadline = time.monotonic() + timeout_s
+        for spec, proc in zip(self.specs, self.procs, strict=True):
             try:
-                n = conn.recv_into(buf)
-            except OSError:
-                break
-            if n == 0:
-                break
-            total += n
-    counter.append(total)
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise MltcpError(f"job {spec.name} did not finish within {timeout_s:g} s") \
+                    from None
+        reports = []
+        for spec, proc in zip(self.specs, self.procs, strict=True):
+            err = proc.stderr.read().strip() if proc.stderr else ""
+            if proc.returncode != 0 or not Path(spec.out).exists():
+                raise MltcpError(f"job {spec.name} failed (exit {proc.returncode}): "
+                                 f"{err.splitlines()[-1] if err else 'no error output'}")
+            reports.append(json.loads(Path(spec.out).read_text()))
+        return reports
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            with contextlib.suppress(Exception):
+                proc.wait(timeout=5)
+        self._tmp.cleanup()
+
+    def __enter__(self) -> Launch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
-def serve_sink(port: int, cc: str | None = None, bind: str = "0.0.0.0",
-               out: Any = None) -> int:
-    """Accept connections and discard their data until SIGTERM/SIGINT; returns 0.
-
-    The listening socket carries ``cc`` so that accepted sockets inherit it: a
-    DCTCP receiver must run DCTCP for its ACKs to echo ECN marks correctly.
-    Prints ``{"event": "listening", "port": P}`` once ready (``--port 0`` picks
-    a free port) and ``{"event": "stopped", ...}`` on the way out.
-    """
-    out = out if out is not None else sys.stdout
-    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if cc:
-        set_congestion(srv, cc)
-    srv.bind((bind, port))
-    srv.listen(1024)
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        raise _Stop
-
-    old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
-    counter: list[int] = []
-    accepted = 0
-    try:
-        print(json.dumps({"event": "listening", "port": srv.getsockname()[1]}),
-              file=out, flush=True)
-        while True:
-            conn, _ = srv.accept()
-            accepted += 1
-            threading.Thread(target=drain, args=(conn, counter), daemon=True).start()
-    except _Stop:
-        pass
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
-        srv.close()
-    print(json.dumps({"event": "stopped", "connections": accepted,
-                      "bytes_closed_conns": sum(counter)}), file=out, flush=True)
-    return 0
+def run_jobs(specs: Sequence[TrafficSpec], timeout_s: float = 600.0) -> list[dict[str, Any]]:
+    """Start ``specs`` at once, wait for all of them, return their reports in order."""
+    with Launch(specs) as launch:
+        return launch.wait(timeout_s)
 
 
-# --------------------------------------------------------------------------- CLI
-
-def _size_arg(text: str) -> int:
-    try:
-        return parse_bytes(text, "size")
-    except SpecError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m mltcp.lab.emulation.traffic",
-                                description=__doc__.split("\n")[0])
-    sub = p.add_subparsers(dest="mode", required=True)
-
-    sink = sub.add_parser("sink", help="discard server (run on receivers)")
-    sink.add_argument("--port", type=int, required=True)
-    sink.add_argument("--cc", help="TCP_CONGESTION for the listener (inherited by accepts)")
-    sink.add_argument("--bind", default="0.0.0.0")
-
-    send = sub.add_parser("send", help="bulk or training-like sender")
-    send.add_argument("--dst", required=True)
-    send.add_argument("--port", type=int, required=True)
-    send.add_argument("--cc", required=True, help="congestion control, set per socket")
-    send.add_argument("--conns", type=int, default=1)
-    mode = send.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--duration", type=float, help="bulk send for this many seconds")
-    mode.add_argument("--iterations", type=int, help="training iterations to run")
-    send.add_argument("--bytes-per-iteration", type=_size_arg, default=None)
-    send.add_argument("--compute-ms", type=float, default=0.0)
-    send.add_argument("--sample-ms", type=float, default=10.0)
-    send.add_argument("--out", help="write the JSON report here instead of stdout")
-    return p
+def pids(orphans_only: bool = True) -> list[int]:
+    """PIDs of traffic jobs on this host.  ``orphans_only``: those whose launcher is gone
+    (re-parented to init); a running testbed's jobs are its children and are left alone."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if MODULE.encode() in argv[:4] and (ppid == 1 or not orphans_only):
+            out.append(int(proc.name))
+    return out
 
 
-def _config(args: argparse.Namespace) -> SendConfig:
-    if args.iterations is not None and args.bytes_per_iteration is None:
-        raise SpecError("--bytes-per-iteration", "is required with --iterations",
-                        "add e.g. --bytes-per-iteration 20M")
-    return SendConfig(
-        dst=args.dst, port=args.port, cc=args.cc, conns=args.conns,
-        duration_s=args.duration, iterations=args.iterations,
-        bytes_per_iteration=args.bytes_per_iteration or 0,
-        compute_ms=args.compute_ms, sample_ms=args.sample_ms,
-    )
+def _die_with_parent() -> None:
+    """A job whose launcher was killed must not keep its sockets (and with them the
+    MLTCP module it runs) alive: ask the kernel for SIGKILL when the parent dies."""
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        if args.mode == "sink":
-            return serve_sink(args.port, args.cc, args.bind)
-        report = run_sender(_config(args))
-    except MltcpError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    _die_with_parent()
+    if len(argv) != 1:
+        print(f"usage: python -m {MODULE} SPEC.json", file=sys.stderr)
         return 2
-    except OSError as exc:
-        where = f"{getattr(args, 'dst', args.bind)}:{args.port}"
-        print(f"error: {where}: {exc.strerror or exc}", file=sys.stderr)
+    try:
+        spec = TrafficSpec.from_json(Path(argv[0]).read_text())
+        report = run(spec)
+    except SpecError as exc:
+        print(f"traffic: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        print(f"traffic: error: {exc}", file=sys.stderr)
         return 1
-    text = json.dumps(report)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
-    else:
-        print(text)
+    Path(spec.out).write_text(json.dumps(report))
     return 0
 
 
