@@ -10,6 +10,7 @@ import ctypes
 import json
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +77,60 @@ def test_fixed_point_constants_match_header():
     import inspect
 
     assert inspect.signature(IterationTracker).parameters["tail_shift"].default == tail
+
+
+class _FCase(ctypes.Structure):
+    _fields_ = [("bytes", ctypes.c_uint64), ("budget", ctypes.c_uint64),
+                ("slope_fp", ctypes.c_uint32), ("intercept_fp", ctypes.c_uint32),
+                ("cap_fp", ctypes.c_uint32), ("f_fp", ctypes.c_uint32)]
+
+
+class _TestRunOpts(ctypes.Structure):
+    """libbpf's struct bpf_test_run_opts (1.1)."""
+
+    _fields_ = [("sz", ctypes.c_size_t), ("data_in", ctypes.c_void_p),
+                ("data_out", ctypes.c_void_p), ("data_size_in", ctypes.c_uint32),
+                ("data_size_out", ctypes.c_uint32), ("ctx_in", ctypes.c_void_p),
+                ("ctx_out", ctypes.c_void_p), ("ctx_size_in", ctypes.c_uint32),
+                ("ctx_size_out", ctypes.c_uint32), ("retval", ctypes.c_uint32),
+                ("repeat", ctypes.c_int), ("duration", ctypes.c_uint32),
+                ("flags", ctypes.c_uint32), ("cpu", ctypes.c_uint32),
+                ("batch_size", ctypes.c_uint32)]
+
+
+def test_the_kernels_f_is_the_python_f(tmp_path, bpf_host):
+    """One F: the datapath's mltcp_f_fixed (compiled from kernel/mltcp.h into a test
+    program, run by the kernel with BPF_PROG_TEST_RUN) gives, case for case, what
+    mltcp.core.aggressiveness.f_fixed gives, on a grid that reaches every bound."""
+    from mltcp.core.aggressiveness import f_fixed
+    from mltcp.host import build
+    from mltcp.host.libbpf import libbpf
+    from tests.test_one_f import f_grid
+
+    src = Path(__file__).resolve().parent / "bpf" / "f_probe.bpf.c"
+    obj = tmp_path / "f_probe.bpf.o"
+    header = build.vmlinux_header()
+    subprocess.run(["clang", *build.CLANG_FLAGS, "-I", str(header.parent), "-I",
+                    str(kernel_source_dir()), "-c", str(src), "-o", str(obj)], check=True)
+    lib = libbpf()
+    L = lib.lib
+    L.bpf_prog_test_run_opts.restype = ctypes.c_int
+    L.bpf_prog_test_run_opts.argtypes = [ctypes.c_int, ctypes.POINTER(_TestRunOpts)]
+    handle = lib.check_ptr(L.bpf_object__open_file(str(obj).encode(), None), "open f_probe")
+    try:
+        m = None
+        while m := L.bpf_object__next_map(handle, m):   # no pins: these maps are the probe's
+            L.bpf_map__set_pin_path(m, None)
+        lib.check(L.bpf_object__load(handle), "load f_probe")
+        prog = lib.check_ptr(L.bpf_object__find_program_by_name(handle, b"mltcp_f_probe"),
+                             "prog")
+        fd = L.bpf_program__fd(prog)
+        for slope, intercept, cap, nbytes, budget in f_grid():
+            case = _FCase(nbytes, budget, slope, intercept, cap, 0)
+            opts = _TestRunOpts(sz=ctypes.sizeof(_TestRunOpts), ctx_in=ctypes.addressof(case),
+                                ctx_size_in=ctypes.sizeof(case))
+            lib.check(L.bpf_prog_test_run_opts(fd, ctypes.byref(opts)), "test run")
+            assert case.f_fp == f_fixed(nbytes, budget, slope, intercept, cap), (
+                slope, intercept, cap, nbytes, budget)
+    finally:
+        L.bpf_object__close(handle)

@@ -25,7 +25,7 @@ HAVE_NS3 = HAVE_CPPYY and importlib.util.find_spec("ns") is not None
 needs_cppyy = pytest.mark.skipif(not HAVE_CPPYY, reason="needs cppyy (pip install 'mltcp[ns3]')")
 needs_ns3 = pytest.mark.skipif(not HAVE_NS3, reason="needs the ns-3 bindings "
                                "(pip install 'mltcp[ns3]')")
-HEADER = Path(__file__).resolve().parents[1] / "mltcp" / "lab" / "ns3" / "mltcp_tracker.h"
+REPO = Path(__file__).resolve().parents[1]
 
 
 @needs_cppyy
@@ -33,7 +33,9 @@ HEADER = Path(__file__).resolve().parents[1] / "mltcp" / "lab" / "ns3" / "mltcp_
 def test_cpp_tracker_matches_the_python_reference_event_for_event(seed: int) -> None:
     import cppyy
 
-    cppyy.include(str(HEADER))
+    from mltcp.lab.ns3 import sim
+
+    sim.include(cppyy, "mltcp_tracker.h")
     rng = random.Random(seed)
     budget = rng.choice([0, 10_000, 1_000_000])
     agg = Aggressiveness(rng.choice([0.0, 1.0, 4.0]), rng.choice([0.5, 1.0]),
@@ -257,3 +259,73 @@ def test_a_sweep_runs_ns3_points_and_their_dedicated_runs_on_dask(tmp_path) -> N
     with pytest.raises(SpecError, match="^backend: "):
         sweep.SweepSpec(sc, sc.scheme("mltcp-cubic"), {"slope": (4.0,)}, (0,),
                         backend="netns")
+
+
+F_PROBE = """
+import json, random, sys
+from mltcp.core.aggressiveness import MAX_CAP, MAX_INTERCEPT, MAX_SLOPE, MIN_INTERCEPT
+from mltcp.lab.ns3 import sim
+ns, gbl = sim.load()
+cfg = gbl.ns3.CreateObject[gbl.ns3.MltcpJobConfig]()
+accepts = {}
+for name, lo, hi in (("Slope", 0.0, MAX_SLOPE), ("Intercept", MIN_INTERCEPT, MAX_INTERCEPT),
+                     ("Cap", 0.0, MAX_CAP)):
+    accepts[name] = [bool(cfg.SetAttributeFailSafe(name, ns.DoubleValue(v)))
+                     for v in (lo, hi, hi * 1.001, lo - 1e-9)]
+cases = json.loads(sys.argv[1])
+fs = []
+for slope, intercept, cap, nbytes, budget in cases:
+    a = gbl.mltcp.Aggressiveness()
+    a.slope_fp, a.intercept_fp, a.cap_fp = slope, intercept, cap
+    fs.append(int(a.FFixed(nbytes, budget)))
+print(json.dumps({"accepts": accepts, "f": fs}))
+"""
+
+
+@needs_ns3
+def test_f_and_its_bounds_are_the_python_specs_in_ns3(tmp_path) -> None:
+    """One F: ns-3's attribute checkers accept exactly Python's parameter ranges (they are
+    rendered from them), and its Q16.16 F equals mltcp.core's on a grid that reaches the
+    bounds."""
+    import json
+    import subprocess
+    import sys
+
+    from mltcp.core.aggressiveness import FixedAggressiveness, f_fixed
+    from tests.test_one_f import f_grid
+
+    cases = f_grid()
+    out = subprocess.run([sys.executable, "-c", F_PROBE, json.dumps(cases)],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert got["accepts"] == {name: [True, True, False, False]
+                              for name in ("Slope", "Intercept", "Cap")}
+    expect = [int(f_fixed(b, g, s, i, c)) for s, i, c, b, g in cases]
+    assert got["f"] == expect
+    assert expect == [FixedAggressiveness(s, i, c).f_fixed(b, g) for s, i, c, b, g in cases]
+
+
+@needs_ns3
+def test_the_dumbbell_program_runs_on_its_own(tmp_path) -> None:
+    """ns3_scenarios/dumbbell.py as a researcher runs it: two MLTCP jobs, a table of their
+    iterations, and the common trace; leaf_spine.py answers --help without ns-3."""
+    import subprocess
+    import sys
+
+    from mltcp.lab.trace import load_trace
+
+    env = {**__import__("os").environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, str(REPO / "ns3_scenarios" / "dumbbell.py"),
+                          "--iterations", "2", "--trace", str(tmp_path / "t.json")],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line.split() for line in out.stdout.splitlines() if line[:3] in ("j1 ", "j2 ")]
+    assert [(r[0], r[1]) for r in rows] == [("j1", "0"), ("j1", "1"), ("j2", "0"), ("j2", "1")]
+    trace = load_trace(tmp_path / "t.json")
+    assert trace.backend == "ns3" and trace.scheme == "mltcp-cubic"
+    assert trace.provenance["ns3"]["program"] == "dumbbell.py"
+    helped = subprocess.run([sys.executable, str(REPO / "ns3_scenarios" / "leaf_spine.py"),
+                             "--help"], capture_output=True, text=True, timeout=60, env=env)
+    assert helped.returncode == 0 and "--spines" in helped.stdout

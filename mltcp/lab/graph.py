@@ -65,6 +65,14 @@ class NetworkGraph:
             self._adjacent[link.a].append((link.b, link))
             self._adjacent[link.b].append((link.a, link))
 
+    def link(self, link_id: str) -> LinkSpec:
+        """The link called ``link_id``."""
+        for link in self.links:
+            if link.id == link_id:
+                return link
+        raise SpecError("link", f"no link {link_id!r}",
+                        f"use one of: {', '.join(lk.id for lk in self.links)}")
+
     def neighbours(self, node: str) -> list[tuple[str, LinkSpec]]:
         """(peer, link) for every link of ``node``, in link order."""
         return self._adjacent[node]

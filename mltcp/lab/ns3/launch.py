@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mltcp.core.errors import CapabilityError, MltcpError
+from mltcp.lab.ns3.sim import max_sim_seconds
 from mltcp.lab.plan import RunPlan
 from mltcp.lab.trace import Trace, load_trace
 
@@ -35,19 +36,6 @@ def require_ns3() -> None:
     if importlib.util.find_spec("ns") is None or importlib.util.find_spec("cppyy") is None:
         raise CapabilityError("the ns3 backend needs the ns-3 Python bindings: "
                               "pip install 'mltcp[ns3]' (PyPI ns3 3.44 with cppyy)")
-
-
-def max_sim_seconds(plan: RunPlan) -> float:
-    """Simulated time after which a run that has not finished is an error: twice the
-    worst case in which every iteration of every job shares the bottleneck with all
-    the others, plus start offsets and jitter, plus 5 s."""
-    jobs = [j.spec for j in plan.jobs]
-    all_comm_s = sum(j.comm_bytes_per_worker() for j in jobs) * 8 / (
-        plan.topology.bottleneck_mbit * 1e6)
-    longest = max((p.start_offset_ms + j.iterations * (j.compute_ms + 3 * j.compute_jitter_ms))
-                  / 1000 + j.iterations * all_comm_s for p, j in zip(plan.jobs, jobs,
-                                                                     strict=True))
-    return 2 * longest + 5.0
 
 
 def run_plan(plan: RunPlan, progress: Progress | None = None,

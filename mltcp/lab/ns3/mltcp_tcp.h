@@ -81,15 +81,16 @@ class MltcpJobConfig : public Object {
                           "(0: unknown, F = 1)", UintegerValue(0),
                           MakeUintegerAccessor(&MltcpJobConfig::m_budget),
                           MakeUintegerChecker<uint64_t>())
+            // Ranges: the Python spec's (MLTCP_* come from mltcp.core.aggressiveness).
             .AddAttribute("Slope", "F's slope", DoubleValue(1.0),
                           MakeDoubleAccessor(&MltcpJobConfig::m_slope),
-                          MakeDoubleChecker<double>(0.0, 1024.0))
+                          MakeDoubleChecker<double>(0.0, MLTCP_MAX_SLOPE))
             .AddAttribute("Intercept", "F's intercept", DoubleValue(1.0),
                           MakeDoubleAccessor(&MltcpJobConfig::m_intercept),
-                          MakeDoubleChecker<double>(0.0, 1024.0))
+                          MakeDoubleChecker<double>(MLTCP_MIN_INTERCEPT, MLTCP_MAX_INTERCEPT))
             .AddAttribute("Cap", "F's cap (0: none)", DoubleValue(0.0),
                           MakeDoubleAccessor(&MltcpJobConfig::m_cap),
-                          MakeDoubleChecker<double>(0.0, 1024.0))
+                          MakeDoubleChecker<double>(0.0, MLTCP_MAX_CAP))
             .AddAttribute("IdleGap", "a silence longer than this ends the job's iteration",
                           TimeValue(MilliSeconds(5)),
                           MakeTimeAccessor(&MltcpJobConfig::m_gap), MakeTimeChecker());

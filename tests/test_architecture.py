@@ -1,0 +1,218 @@
+"""The layers of docs/architecture.md, enforced.
+
+An AST walk over every module of the package finds every import (at module level and
+inside functions, absolute and relative) and checks it against the import rules:
+
+* ``mltcp.core`` imports only itself and the standard library at module level (it is
+  mirrored by the kernel and ns-3, and every layer imports it);
+* ``mltcp.host`` never imports ``mltcp.lab`` or ``mltcp.cli``, and never numpy,
+  matplotlib or the lab's other packages, anywhere: a training host runs it;
+* ``mltcp.lab`` never imports ``mltcp.cli``;
+* the host commands' CLI modules (``mltcp.cli.host``, ``mltcp.cli.dcqcn``) import no
+  lab module and none of those packages either.
+
+Then at run time: the host commands and ``mltcp backends`` (listing the registry) run in
+a fresh interpreter whose loaded modules are inspected.  And the checker itself is
+tested on a copy of the tree with a deliberate violation, so that it can fail.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = "mltcp"
+
+# Which layers a layer may import.  mltcp/__init__.py ("root") holds only the version:
+# every layer may read it, and it imports no layer.
+ALLOWED = {
+    "root": set(),
+    "core": {"core", "root"},
+    "host": {"core", "host", "root"},
+    "lab": {"core", "host", "lab", "root"},
+    "cli": {"core", "host", "lab", "cli", "root"},
+}
+HEAVY = {"numpy", "matplotlib", "pandas", "pyarrow", "dask", "distributed", "scipy", "ns",
+         "cppyy", "torch"}
+HOST_CLI = ("mltcp.cli.host", "mltcp.cli.dcqcn")
+STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str        # the importing module
+    target: str        # the imported module (absolute)
+    line: int
+    top_level: bool    # at module level (runs on import), not inside a function
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _resolve(root: Path, package: str, base: str, name: str) -> str:
+    """``from base import name``: the submodule ``base.name`` if it exists, else ``base``."""
+    candidate = f"{base}.{name}"
+    path = root.joinpath(*candidate.split("."))
+    return candidate if path.with_suffix(".py").exists() or (path / "__init__.py").exists() \
+        else base
+
+
+def imports_of(root: Path, path: Path) -> list[Import]:
+    """Every import in one module, with whether it runs at import time."""
+    module = module_name(root, path)
+    is_package = path.name == "__init__.py"
+    package = module if is_package else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), str(path))
+    out = []
+
+    def visit(node: ast.AST, top_level: bool, in_type_checking: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            tc = in_type_checking or (isinstance(child, ast.If)
+                                      and "TYPE_CHECKING" in ast.unparse(child.test))
+            nested = isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            if isinstance(child, ast.Import) and not tc:
+                out.extend(Import(module, a.name, child.lineno, top_level) for a in child.names)
+            elif isinstance(child, ast.ImportFrom) and not tc:
+                if child.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[:len(parts) - child.level + 1])
+                    base = f"{base}.{child.module}" if child.module else base
+                else:
+                    base = child.module or ""
+                for a in child.names:
+                    out.append(Import(module, _resolve(root, package, base, a.name),
+                                      child.lineno, top_level))
+            visit(child, top_level and not nested, tc)
+
+    visit(tree, True, False)     # `if TYPE_CHECKING:` blocks never run: not imports
+    return out
+
+
+def layer(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != PACKAGE:
+        return None
+    if len(parts) == 1:
+        return "root"
+    return parts[1] if parts[1] in ALLOWED else None
+
+
+def violations(root: Path) -> list[str]:
+    """Every import that breaks a rule, as 'module:line imports target (why)'."""
+    found = []
+    for path in sorted((root / PACKAGE).rglob("*.py")):
+        for imp in imports_of(root, path):
+            mine, theirs = layer(imp.module), layer(imp.target)
+            top_pkg = imp.target.split(".")[0]
+            where = f"{imp.module}:{imp.line} imports {imp.target}"
+            if theirs is not None and theirs not in ALLOWED[mine]:
+                found.append(f"{where} ({mine} must not import {theirs})")
+            if mine == "core" and imp.top_level and theirs is None and top_pkg not in STDLIB:
+                found.append(f"{where} (core imports only the standard library at load)")
+            if mine == "host" and top_pkg in HEAVY:
+                found.append(f"{where} (the host never needs {top_pkg})")
+            if imp.module in HOST_CLI and (theirs == "lab" or top_pkg in HEAVY):
+                found.append(f"{where} (a host command must not load the lab or {top_pkg})")
+    return found
+
+
+# --------------------------------------------------------------------------- the rules hold
+
+
+def test_the_tree_keeps_the_import_rules() -> None:
+    assert violations(REPO) == []
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    for path in (REPO / PACKAGE).rglob("*.py"):
+        assert layer(module_name(REPO, path)) is not None, path
+
+
+# --------------------------------------------------------------------------- ... and can fail
+
+
+@pytest.fixture
+def tree_copy(tmp_path: Path) -> Path:
+    shutil.copytree(REPO / PACKAGE, tmp_path / PACKAGE,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    assert violations(tmp_path) == []
+    return tmp_path
+
+
+@pytest.mark.parametrize(("module", "line", "expected"), [
+    ("host/jobs.py", "from mltcp.lab import report\n", "host must not import lab"),
+    ("host/telemetry.py", "def f():\n    from mltcp.lab.models import fluid\n",
+     "host must not import lab"),
+    ("host/agent.py", "from ..lab.runner import run_scenario\n", "host must not import lab"),
+    ("host/maps.py", "import numpy\n", "the host never needs numpy"),
+    ("core/iteration.py", "from mltcp.host import maps\n", "core must not import host"),
+    ("core/budget.py", "import numpy as np\n", "core imports only the standard library"),
+    ("lab/plan.py", "from mltcp.cli import main\n", "lab must not import cli"),
+    ("cli/host.py", "def g():\n    from mltcp.lab import runner\n",
+     "a host command must not load the lab"),
+])
+def test_a_deliberate_violation_is_caught(tree_copy: Path, module: str, line: str,
+                                          expected: str) -> None:
+    path = tree_copy / PACKAGE / module
+    path.write_text(path.read_text() + "\n" + line)
+    found = violations(tree_copy)
+    assert len(found) == 1 and expected in found[0], found
+
+
+def test_type_checking_imports_do_not_count(tree_copy: Path) -> None:
+    path = tree_copy / PACKAGE / "host" / "jobs.py"
+    path.write_text(path.read_text() + "\nfrom typing import TYPE_CHECKING\n"
+                    "if TYPE_CHECKING:\n    from mltcp.lab.plan import RunPlan\n")
+    assert violations(tree_copy) == []
+
+
+# --------------------------------------------------------------------------- at run time
+
+
+def _loaded_after(code: str) -> set[str]:
+    """The modules a fresh interpreter has loaded after running ``code``."""
+    probe = (f"import sys, json, contextlib, io\n{code}\n"
+             "print(json.dumps(sorted(sys.modules)))")
+    env = {**os.environ, "PYTHONPATH": str(REPO),
+           "MLTCP_PIN_ROOT": "/sys/fs/bpf/mltcp-archtest", "MLTCP_STATE_DIR": "/nonexistent"}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         env=env, timeout=120, check=True).stdout
+    return set(json.loads(out.splitlines()[-1]))
+
+
+HOST_COMMANDS = [["doctor", "--no-build", "--json"], ["job", "list"], ["status", "--json"],
+                 ["metrics"], ["dcqcn", "knobs"], ["unload", "--help"], ["load", "--help"],
+                 ["agent", "--help"], ["job", "attach", "--help"]]
+
+
+@pytest.mark.parametrize("argv", HOST_COMMANDS, ids=lambda a: " ".join(a))
+def test_a_host_command_loads_neither_the_lab_nor_numpy(argv: list[str]) -> None:
+    loaded = _loaded_after("from mltcp.cli import main\n"
+                           "with contextlib.redirect_stdout(io.StringIO()), "
+                           "contextlib.redirect_stderr(io.StringIO()), "
+                           "contextlib.suppress(SystemExit):\n"
+                           f"    main({argv!r})")
+    heavy = {m for m in loaded if m.split(".")[0] in HEAVY}
+    lab = {m for m in loaded if m.startswith("mltcp.lab.")} - {"mltcp.lab.backends"}
+    assert heavy == set() and lab == set(), (heavy, lab)
+
+
+def test_listing_backends_imports_none_of_them() -> None:
+    loaded = _loaded_after("from mltcp.cli import main\n"
+                           "with contextlib.redirect_stdout(io.StringIO()):\n"
+                           "    main(['backends'])")
+    backends = {m for m in loaded if m.startswith("mltcp.lab.backends.")}
+    assert backends == set() and not {m for m in loaded if m.split(".")[0] in HEAVY}
