@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Prepare a fresh machine for mltcp: Debian packages (only those missing), bpffs,
-# and a virtual environment in .venv with mltcp installed (editable), its test tools and
-# the sweep (Dask, pandas, pyarrow) and ns3 (ns-3 bindings, cppyy) extras, so that every
-# test runs.
+# and a virtual environment in .venv with mltcp installed (editable), the lab (numpy,
+# matplotlib), its test tools and the sweep (Dask, pandas, pyarrow) and ns3 (ns-3
+# bindings, cppyy) extras, so that every test runs.
 # Idempotent: a second run installs nothing and takes a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,9 +32,9 @@ if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.mltcp-installed
-if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
+if [[ ! -f $stamp || pyproject.toml -nt $stamp || setup.py -nt $stamp ]]; then
   echo "setup: installing mltcp and its test tools into .venv" >&2
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e '.[test,sweep,ns3]'
+  .venv/bin/python -m pip install -q -e '.[lab,test,sweep,ns3]'
   touch "$stamp"
 fi

@@ -15,9 +15,17 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("MLTCP_PIN_ROOT", "/sys/fs/bpf/mltcp-test")
-os.environ.setdefault("MLTCP_STATE_DIR", tempfile.mkdtemp(prefix="mltcp-state-"))
+_OWN_STATE_DIR = None
+if "MLTCP_STATE_DIR" not in os.environ:
+    _OWN_STATE_DIR = os.environ["MLTCP_STATE_DIR"] = tempfile.mkdtemp(prefix="mltcp-state-")
 
 import pytest  # noqa: E402
+
+
+def pytest_sessionfinish(session, exitstatus):  # type: ignore[no-untyped-def]
+    """The session's own job-registry directory goes with it."""
+    if _OWN_STATE_DIR:
+        shutil.rmtree(_OWN_STATE_DIR, ignore_errors=True)
 
 
 def missing_bpf_capability() -> str | None:

@@ -25,6 +25,8 @@ from mltcp import __version__
 from mltcp.cli import dcqcn, host, lab
 from mltcp.core.errors import CapabilityError, MltcpError, SpecError
 
+# What the lab needs and a host install (no extras) does not have.
+LAB_PACKAGES = ("numpy", "matplotlib")
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CAPABILITY, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
@@ -59,6 +61,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             first += " (run with -v for the full log)"
         print(f"mltcp: error: {first}", file=sys.stderr)
         return EXIT_CAPABILITY if isinstance(exc, CapabilityError) else EXIT_FAILED
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in LAB_PACKAGES:
+            raise
+        print(f"mltcp: error: `mltcp {args.cmd}` needs {exc.name}, which comes with the lab: "
+              "pip install 'mltcp[lab]'", file=sys.stderr)
+        return EXIT_CAPABILITY
     except KeyboardInterrupt:
         print("mltcp: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

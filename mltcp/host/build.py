@@ -1,16 +1,30 @@
-"""Build the eBPF objects in kernel/ with clang against this kernel's BTF.
+"""The eBPF objects the datapath loads: pre-built CO-RE objects, or built here with clang.
 
-Objects are rebuilt only when a source, the kernel's BTF or the compiler
-flags change (a content hash names each object), so every `mltcp load`
-can call :func:`build_object` without paying for a compile.
+Where they come from, in order:
+
+1. **Pre-built** (a wheel): the wheel carries the sources (``mltcp/host/bpf/src/``, a
+   copy of the checkout's ``kernel/``) and the objects compiled from them when the wheel
+   was built (``mltcp/host/bpf/prebuilt/``, with ``manifest.json``).  Objects compiled
+   from a bpftool-generated ``vmlinux.h`` with ``-g`` are CO-RE: libbpf relocates their
+   kernel-structure accesses against the running kernel's BTF at load, so a host needs
+   no compiler.  A pre-built object is used only when the digest of its inputs (the
+   source, the shared header, the flags) equals that of the sources in use, so an edited
+   source is never shadowed by a stale object.
+2. **Built here** with clang against this kernel's BTF, cached by a content hash (the
+   sources, the BTF, the flags), so every ``mltcp load`` can call :func:`build_object`
+   without paying for a compile.  This is the development path and the fallback.
+
+``setup.py`` builds the wheel's objects with :func:`compile_object`, the same function.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from mltcp.core.errors import CapabilityError, MltcpError
@@ -18,23 +32,38 @@ from mltcp.core.errors import CapabilityError, MltcpError
 BTF_PATH = Path("/sys/kernel/btf/vmlinux")
 CLANG_FLAGS = ["-O2", "-g", "-Wall", "-Werror", "-target", "bpf", "-D__TARGET_ARCH_x86"]
 SHARED_HEADER = "mltcp.h"
+# Every object the datapath loads (doctor and the wheel build these).
+OBJECTS = ("mltcp_reno", "mltcp_cubic", "mltcp_dctcp", "mltcp_sockops", "ecn_marker")
+PACKAGE_BPF = Path(__file__).resolve().parent / "bpf"
+CHECKOUT_KERNEL = Path(__file__).resolve().parents[2] / "kernel"
+MANIFEST = "manifest.json"
 
 
 def kernel_source_dir() -> Path:
-    """kernel/ of this checkout (or $MLTCP_KERNEL_SRC)."""
+    """$MLTCP_KERNEL_SRC, else the sources a wheel carries, else the checkout's kernel/."""
     env = os.environ.get("MLTCP_KERNEL_SRC")
-    src = Path(env) if env else Path(__file__).resolve().parents[2] / "kernel"
-    if not (src / SHARED_HEADER).is_file():
-        raise MltcpError(
-            f"eBPF sources not found in {src}: run from a checkout of mltcp "
-            "or set MLTCP_KERNEL_SRC to its kernel/ directory"
-        )
-    return src
+    for src in ([Path(env)] if env else [PACKAGE_BPF / "src", CHECKOUT_KERNEL]):
+        if (src / SHARED_HEADER).is_file():
+            return src
+    raise MltcpError(
+        f"eBPF sources not found ({PACKAGE_BPF / 'src'} or {CHECKOUT_KERNEL}): reinstall "
+        "mltcp, or set MLTCP_KERNEL_SRC to a checkout's kernel/ directory")
+
+
+def prebuilt_dir() -> Path:
+    return PACKAGE_BPF / "prebuilt"
 
 
 def build_dir() -> Path:
+    """$MLTCP_BUILD_DIR, else kernel/build in a writable checkout, else the user cache
+    (never site-packages)."""
     env = os.environ.get("MLTCP_BUILD_DIR")
-    out = Path(env) if env else kernel_source_dir() / "build"
+    if env:
+        out = Path(env)
+    else:
+        src = kernel_source_dir()
+        cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mltcp" / "bpf"
+        out = src / "build" if src == CHECKOUT_KERNEL and os.access(src, os.W_OK) else cache
     out.mkdir(parents=True, exist_ok=True)
     return out
 
@@ -47,6 +76,17 @@ def _digest(*parts: bytes) -> str:
     return h.hexdigest()[:16]
 
 
+def source_digest(name: str, src_dir: Path | None = None) -> str:
+    """What an object is made of, independent of the kernel it will run on (CO-RE):
+    its source, the shared header and the compiler flags."""
+    src_dir = src_dir or kernel_source_dir()
+    src = src_dir / f"{name}.bpf.c"
+    if not src.is_file():
+        raise MltcpError(f"no eBPF source {src.name} in {src_dir}")
+    return _digest(src.read_bytes(), (src_dir / SHARED_HEADER).read_bytes(),
+                   " ".join(CLANG_FLAGS).encode())
+
+
 def require_tool(name: str, package: str) -> str:
     path = shutil.which(name)
     if not path:
@@ -56,56 +96,86 @@ def require_tool(name: str, package: str) -> str:
     return path
 
 
-def vmlinux_header() -> Path:
+def _replace_atomically(data: bytes, dest: Path) -> None:
+    """Write ``dest`` through a temp file of its own in the same directory: two
+    processes building at once never leave a half-written file under the final name."""
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def vmlinux_header(out_dir: Path | None = None) -> Path:
     """vmlinux.h generated from the running kernel's BTF, cached by the BTF's hash."""
     if not BTF_PATH.exists():
         raise CapabilityError(
             f"{BTF_PATH} missing: the kernel needs CONFIG_DEBUG_INFO_BTF=y for eBPF struct_ops"
         )
     btf_hash = _digest(BTF_PATH.read_bytes())
-    out_dir = build_dir() / f"btf-{btf_hash}"
+    out_dir = (out_dir or build_dir()) / f"btf-{btf_hash}"
     header = out_dir / "vmlinux.h"
     if header.exists():
         return header
     bpftool = require_tool("bpftool", "bpftool")
     out_dir.mkdir(parents=True, exist_ok=True)
-    text = subprocess.run(
-        [bpftool, "btf", "dump", "file", str(BTF_PATH), "format", "c"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    tmp = header.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(header)
+    text = subprocess.run([bpftool, "btf", "dump", "file", str(BTF_PATH), "format", "c"],
+                          check=True, capture_output=True).stdout
+    _replace_atomically(text, header)
     return header
 
 
+def compile_object(name: str, src_dir: Path, header: Path, dest: Path) -> Path:
+    """clang ``src_dir/<name>.bpf.c`` against ``header`` (vmlinux.h) into ``dest``."""
+    clang = require_tool("clang", "clang")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".o")
+    os.close(fd)
+    try:
+        proc = subprocess.run([clang, *CLANG_FLAGS, "-I", str(header.parent), "-I",
+                               str(src_dir), "-c", str(src_dir / f"{name}.bpf.c"), "-o", tmp],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise MltcpError(f"clang failed to build {name}.bpf.c:\n{proc.stderr.strip()}")
+        os.replace(tmp, dest)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return dest
+
+
+def prebuilt_object(name: str) -> Path | None:
+    """The wheel's pre-built object of ``name`` if it was built from the sources in use."""
+    manifest = prebuilt_dir() / MANIFEST
+    if not manifest.is_file():
+        return None
+    entry = json.loads(manifest.read_text()).get("objects", {}).get(name)
+    obj = prebuilt_dir() / f"{name}.bpf.o"
+    if entry and obj.is_file() and entry.get("digest") == source_digest(name):
+        return obj
+    return None
+
+
 def build_object(name: str) -> Path:
-    """Compile kernel/<name>.bpf.c (if needed) and return the object's path."""
+    """The object of ``kernel/<name>.bpf.c``: pre-built if the wheel has it, else
+    compiled here (once per source, BTF and flags)."""
+    prebuilt = prebuilt_object(name)
+    if prebuilt is not None:
+        return prebuilt
     src_dir = kernel_source_dir()
-    src = src_dir / f"{name}.bpf.c"
-    if not src.is_file():
-        raise MltcpError(f"no eBPF source {src.name} in {src_dir}")
     header = vmlinux_header()
-    key = _digest(
-        src.read_bytes(),
-        (src_dir / SHARED_HEADER).read_bytes(),
-        header.parent.name.encode(),
-        " ".join(CLANG_FLAGS).encode(),
-    )
+    key = _digest(source_digest(name, src_dir).encode(), header.parent.name.encode())
     obj = build_dir() / f"{name}-{key}.bpf.o"
     if obj.exists():
         return obj
-    clang = require_tool("clang", "clang")
-    tmp = obj.with_suffix(".tmp")
-    proc = subprocess.run(
-        [clang, *CLANG_FLAGS, "-I", str(header.parent), "-I", str(src_dir), "-c", str(src),
-         "-o", str(tmp)],
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        raise MltcpError(f"clang failed to build {src.name}:\n{proc.stderr.strip()}")
-    tmp.replace(obj)
-    return obj
+    return compile_object(name, src_dir, header, obj)
+
+
+def origin() -> str:
+    """How this install gets its objects, for the doctor."""
+    ready = [n for n in OBJECTS if prebuilt_object(n) is not None]
+    if len(ready) == len(OBJECTS):
+        return f"pre-built CO-RE objects ({prebuilt_dir()})"
+    return f"compiled here with clang from {kernel_source_dir()}"

@@ -10,11 +10,10 @@ import subprocess
 from dataclasses import asdict, dataclass
 
 from mltcp.core.errors import MltcpError
-from mltcp.host import datapath
-from mltcp.host.build import BTF_PATH, build_object
+from mltcp.host import build, datapath
+from mltcp.host.build import BTF_PATH, OBJECTS, build_object
 
 KFUNCS = (b"cubictcp_cong_avoid", b"tcp_reno_cong_avoid", b"tcp_slow_start")
-OBJECTS = ("mltcp_reno", "mltcp_cubic", "mltcp_dctcp", "mltcp_sockops", "ecn_marker")
 
 
 @dataclass
@@ -62,19 +61,26 @@ def run_checks(compile_objects: bool = True) -> list[Check]:
         cg2_why = str(exc)
     checks.append(Check("cgroup2", bool(cg2), cg2 or cg2_why,
                         "mount cgroup2 (needed for `job attach --cgroup`)"))
+    # With the wheel's pre-built CO-RE objects, nothing is compiled on the host.
+    prebuilt = all(build.prebuilt_object(n) is not None for n in OBJECTS)
     for tool, pkg in (("clang", "clang"), ("bpftool", "bpftool"), ("tc", "iproute2"),
                       ("nsenter", "util-linux")):
         path = shutil.which(tool)
+        if not path and prebuilt and tool in ("clang", "bpftool"):
+            checks.append(Check(tool, True, "not needed: pre-built CO-RE objects (wheel)"))
+            continue
         checks.append(Check(tool, bool(path), path or "not found",
                             f"apt-get install {pkg} (scripts/setup.sh installs everything)"))
     lib = ctypes.util.find_library("bpf")
     checks.append(Check("libbpf", bool(lib), lib or "libbpf.so not found",
                         "apt-get install libbpf1"))
-    if compile_objects and btf and shutil.which("clang") and shutil.which("bpftool"):
+    if compile_objects and btf and (prebuilt or (shutil.which("clang")
+                                                 and shutil.which("bpftool"))):
         try:
             for name in OBJECTS:
                 build_object(name)
-            checks.append(Check("build", True, f"{len(OBJECTS)} eBPF objects compile"))
+            checks.append(Check("build", True, f"{len(OBJECTS)} eBPF objects: "
+                                f"{build.origin()}"))
         except MltcpError as exc:
             checks.append(Check("build", False, str(exc).splitlines()[0],
                                 "fix the toolchain (clang >= 14, libbpf-dev headers)"))
