@@ -63,12 +63,25 @@ def run_compare_demo(out_dir: str, seeds: tuple[int, ...] = DEFAULT_SEEDS,
     print("\nPer seed (convergence iteration, or - if the jobs never interleaved; mean "
           "iteration time / dedicated):", file=out)
     print(seeds_table(report), file=out)
-    print("\nWhat varies between seeds: only each job's start, by a seeded tie-break of "
-          "under 1 ms, and the host's own timing noise (real kernel TCP on a shared "
-          "machine).  Standard congestion control interleaves the jobs only by chance, "
-          "in some seeds and not others; MLTCP pushes them apart in every seed.  Judge "
-          "a scheme by all seeds, never by one (more: --seeds).", file=out)
+    print("\n" + what_varies(report), file=out)
     return 0
+
+
+def what_varies(report: dict) -> str:
+    """What differs between the seeds, and what each scheme did across them (from the
+    report: a sentence must not claim what this run did not show)."""
+    lines = ["What varies between seeds: only each job's start, by a seeded tie-break of "
+             "under 1 ms, and the host's own timing noise (real kernel TCP on a shared "
+             "machine). That is enough for the jobs to drift apart at a different iteration, "
+             "or not at all, from run to run, so judge a scheme by all seeds (more: --seeds)."]
+    for name, block in report["schemes"].items():
+        conv = [c for c in block["convergence"]["per_seed"] if c is not None]
+        ratios = [r for r in block["ratio_to_dedicated"]["per_seed"] if r is not None]
+        when = f" (at iterations {min(conv)}-{max(conv)})" if conv else ""
+        spread = f", {min(ratios):.2f}-{max(ratios):.2f}x dedicated" if ratios else ""
+        lines.append(f"  {name}: interleaved in {len(conv)}/{len(block['seeds'])} seeds"
+                     f"{when}{spread}")
+    return "\n".join(lines)
 
 
 @dataclass
