@@ -124,6 +124,7 @@ def test_a_killed_run_takes_its_drivers_along_and_clean_removes_the_rest(clean_d
     assert "namespace mltcp-" in proc.stdout and "job tb-a-w0" in proc.stdout
     # compatible-pair marks ECN: the killed run's markers went with its namespaces.
     assert "ECN marker of interface" in proc.stdout
+    assert "scratch directory" in proc.stdout and not traffic.stale_scratch()
     _no_leftovers()
     datapath.unload(["reno"])              # the killed run had loaded it
     # The drivers' sockets were reset, not orphaned: nothing keeps the module alive.

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import threading
 import time
@@ -220,4 +221,7 @@ def clean() -> list[str]:
                 removed.append(f"job {name}")
     removed += [f"ECN marker of interface {key.ifindex} in a removed namespace"
                 for key in datapath.forget_stale_markers()]
+    for path in traffic.stale_scratch():
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(f"scratch directory {path}")
     return removed

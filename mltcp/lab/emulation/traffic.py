@@ -67,6 +67,7 @@ _BULK_SEND_TIMEOUT_S = 0.05
 _CONNECT_TIMEOUT_S = 30.0
 _LISTEN_TIMEOUT_S = 10.0
 PR_SET_PDEATHSIG = 1
+SCRATCH_PREFIX = "mltcp-traffic-"   # + the launcher's pid: `testbed clean` finds dead ones
 
 
 @dataclass(frozen=True)
@@ -373,7 +374,7 @@ class Launch:
     carrying its error line."""
 
     def __init__(self, specs: Sequence[TrafficSpec]) -> None:
-        self._tmp = tempfile.TemporaryDirectory(prefix="mltcp-traffic-")
+        self._tmp = tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
         self.specs = []
         self.procs: list[subprocess.Popen[str]] = []
         for k, spec in enumerate(specs):
@@ -441,6 +442,16 @@ def pids(orphans_only: bool = True) -> list[int]:
             continue
         if MODULE.encode() in argv[:4] and (ppid == 1 or not orphans_only):
             out.append(int(proc.name))
+    return out
+
+
+def stale_scratch() -> list[Path]:
+    """Scratch directories of launchers that are gone (killed runs never cleaned them)."""
+    out = []
+    for path in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+        pid = path.name.removeprefix(SCRATCH_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            out.append(path)
     return out
 
 
