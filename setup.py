@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parent
 # (directory of the checkout, files, where they go inside the built package)
 COPIES = (("kernel", ("*.bpf.c", "*.h"), "mltcp/host/bpf/src"),
           ("ns3_scenarios", ("*.py",), "mltcp/lab/ns3/scenarios"))
+# Where the objects are compiled from (a COPIES entry) and where they go.
+SOURCES, PREBUILT = "mltcp/host/bpf/src", "mltcp/host/bpf/prebuilt"
 
 
 class BuildPy(build_py):
@@ -45,6 +47,10 @@ class BuildPy(build_py):
         out = Path(self.build_lib)
         for src, globs, dest in COPIES:
             target = out / dest
+            if not (ROOT / dest).exists():
+                # Generated only here, so start afresh: build/ outlives a build, and a
+                # removed source (or last build's objects, below) must not ride along.
+                shutil.rmtree(target, ignore_errors=True)
             target.mkdir(parents=True, exist_ok=True)
             for pattern in globs:
                 for path in sorted((ROOT / src).glob(pattern)):
@@ -52,12 +58,17 @@ class BuildPy(build_py):
         self._prebuild(out)
 
     def _prebuild(self, out: Path) -> None:
+        # Never ship objects of an earlier build: this build makes them all, or none.
+        shutil.rmtree(out / PREBUILT, ignore_errors=True)
         if os.environ.get("MLTCP_PREBUILT") == "0":
             print("mltcp: MLTCP_PREBUILT=0: the wheel carries eBPF sources only", file=sys.stderr)
             return
         sys.path.insert(0, str(ROOT))
         from mltcp.host import build
 
+        if not Path(build.__file__).resolve().is_relative_to(ROOT):
+            # The objects must come from this tree's compile_object, the runtime's own.
+            raise RuntimeError(f"mltcp.host.build imported from {build.__file__}, not {ROOT}")
         missing = [what for what, ok in (("clang", shutil.which("clang")),
                                          ("bpftool", shutil.which("bpftool")),
                                          (str(build.BTF_PATH), build.BTF_PATH.exists()))
@@ -67,7 +78,7 @@ class BuildPy(build_py):
                   "missing): hosts installing it need clang to load the modules",
                   file=sys.stderr)
             return
-        src, dest = out / "mltcp/host/bpf/src", out / "mltcp/host/bpf/prebuilt"
+        src, dest = out / SOURCES, out / PREBUILT
         clang = subprocess.run(["clang", "--version"], capture_output=True,
                                text=True).stdout.splitlines()[0]
         objects = {}

@@ -31,16 +31,23 @@ REPO = Path(__file__).resolve().parents[1]
 OBJECTS = ("mltcp_reno", "mltcp_cubic", "mltcp_dctcp", "mltcp_sockops", "ecn_marker")
 CAN_PREBUILD = bool(shutil.which("clang") and shutil.which("bpftool")
                     and Path("/sys/kernel/btf/vmlinux").exists())
+NO_PREBUILD = "the build host lacks clang, bpftool or kernel BTF: no pre-built objects"
+PREBUILT = "mltcp/host/bpf/prebuilt"
+
+
+def _build_wheel(out: Path, **extra: str) -> Path:
+    """``pip wheel`` of the checkout, with build isolation (setuptools from the index)."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
+                           str(out), str(REPO)], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, **extra})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [whl] = out.glob("mltcp-*.whl")
+    return whl
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
-                           str(out), str(REPO)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    [whl] = out.glob("mltcp-*.whl")
-    return whl
+    return _build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 @pytest.fixture(scope="module")
@@ -64,38 +71,126 @@ def mltcp(venv_dir: Path, *args: str, cwd: Path, **extra: str) -> subprocess.Com
 
 
 def test_the_wheel_carries_sources_objects_unit_scenarios_and_ns3_programs(wheel: Path):
-    names = set(zipfile.ZipFile(wheel).namelist())
-    assert {f"mltcp/host/bpf/src/{n}.bpf.c" for n in OBJECTS} | {
-        "mltcp/host/bpf/src/mltcp.h"} <= names
+    from mltcp.host import build
+
+    whl = zipfile.ZipFile(wheel)
+    names = set(whl.namelist())
+    kernel = {p.name for p in (REPO / "kernel").iterdir() if p.name.endswith((".bpf.c", ".h"))}
+    assert {f"mltcp/host/bpf/src/{n}.bpf.c" for n in OBJECTS} | {"mltcp/host/bpf/src/mltcp.h"} \
+        <= names
+    assert {n for n in names if n.startswith("mltcp/host/bpf/src/")} == {
+        f"mltcp/host/bpf/src/{n}" for n in kernel}
     assert "mltcp/host/systemd/mltcp-agent.service" in names
+    assert {f"mltcp/lab/scenarios/{p.name}"
+            for p in (REPO / "mltcp/lab/scenarios").glob("*.toml")} <= names
     assert {"mltcp/lab/scenarios/compatible-pair.toml", "mltcp/lab/ns3/mltcp_tcp.h",
             "mltcp/lab/ns3/scenarios/dumbbell.py",
             "mltcp/lab/ns3/scenarios/leaf_spine.py"} <= names
-    if not CAN_PREBUILD:
-        pytest.skip("the build host lacks clang, bpftool or kernel BTF: no pre-built objects")
-    assert {f"mltcp/host/bpf/prebuilt/{n}.bpf.o" for n in OBJECTS} <= names
-    manifest = json.loads(zipfile.ZipFile(wheel).read("mltcp/host/bpf/prebuilt/manifest.json"))
-    assert set(manifest["objects"]) == set(OBJECTS) and manifest["clang"]
-    metadata = zipfile.ZipFile(wheel).read("mltcp-0.1.0.dist-info/METADATA").decode()
+    metadata = whl.read("mltcp-0.1.0.dist-info/METADATA").decode()
     hard = [line for line in metadata.splitlines()
             if line.startswith("Requires-Dist:") and "extra ==" not in line]
     assert hard == []          # a host installs nothing beyond mltcp itself
+    if not CAN_PREBUILD:
+        pytest.skip(NO_PREBUILD)
+    assert {f"{PREBUILT}/{n}.bpf.o" for n in OBJECTS} | {f"{PREBUILT}/manifest.json"} <= names
+    manifest = json.loads(whl.read(f"{PREBUILT}/manifest.json"))
+    assert set(manifest["objects"]) == set(OBJECTS)
+    assert manifest["clang"] and manifest["btf_of"] and manifest["flags"] == build.CLANG_FLAGS
+    # Made from the checkout's sources: what the installed runtime will match them against.
+    assert {n: e["digest"] for n, e in manifest["objects"].items()} == {
+        n: build.source_digest(n, REPO / "kernel") for n in OBJECTS}
+    for n in OBJECTS:
+        assert whl.read(f"{PREBUILT}/{n}.bpf.o")[:4] == b"\x7fELF"
+
+
+def test_mltcp_prebuilt_0_gives_a_sources_only_wheel(wheel: Path, tmp_path: Path):
+    """On purpose, and even right after a build that made objects (build/ outlives it)."""
+    names = set(zipfile.ZipFile(_build_wheel(tmp_path, MLTCP_PREBUILT="0")).namelist())
+    assert "mltcp/host/bpf/src/mltcp.h" in names
+    assert not {n for n in names if n.startswith(PREBUILT)}
+
+
+def _site_packages(venv_dir: Path) -> Path:
+    [site] = venv_dir.glob("lib/python3*/site-packages")
+    return site.resolve()         # as the package sees itself (Path(__file__).resolve())
+
+
+def _path_without_compilers(tmp_path: Path) -> str:
+    """PATH with the tools the doctor reads the host with, but no clang and no bpftool."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("mountpoint", "ip", "tc", "nsenter"):
+        if found := shutil.which(tool):
+            (bin_dir / tool).symlink_to(found)
+    return str(bin_dir)
 
 
 def test_the_installed_package_stands_alone(host_venv: Path, tmp_path: Path):
     helped = mltcp(host_venv, "--help", cwd=tmp_path)
     assert helped.returncode == 0 and "job" in helped.stdout
     assert mltcp(host_venv, "job", "attach", "--help", cwd=tmp_path).returncode == 0
+    site = _site_packages(host_venv)
     where = subprocess.run([str(host_venv / "bin" / "python"), "-c",
                             "from mltcp.host import build; print(build.kernel_source_dir())"],
                            capture_output=True, text=True, cwd=tmp_path, env=_env(), check=True)
-    assert Path(where.stdout.strip()).is_relative_to(host_venv)      # not the checkout
+    assert Path(where.stdout.strip()).is_relative_to(site)      # the venv's, not the checkout
     doctor = mltcp(host_venv, "doctor", "--no-build", "--json", cwd=tmp_path)
     checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
-    assert {"privileges", "btf", "clang", "libbpf"} <= set(checks)
+    assert {"privileges", "btf", "sources", "clang", "bpftool", "libbpf"} <= set(checks)
+    assert checks["sources"]["ok"] and str(site) in checks["sources"]["detail"]
     lab = mltcp(host_venv, "run", "compatible-pair", "--backend", "fluid", "--out",
                 str(tmp_path / "out"), cwd=tmp_path)
     assert lab.returncode == 3 and "mltcp[lab]" in lab.stderr and lab.stderr.count("\n") == 1
+
+
+PICK = """
+import json
+from mltcp.host import build
+print(json.dumps({n: str(build.build_object(n)) for n in build.OBJECTS}))
+print(build.origin())
+"""
+
+
+def test_a_host_without_clang_uses_the_prebuilt_objects(host_venv: Path, tmp_path: Path):
+    """What `mltcp load` resolves, without loading anything: every object is the wheel's,
+    with no clang or bpftool on PATH and nothing written to the build cache."""
+    if not CAN_PREBUILD:
+        pytest.skip(NO_PREBUILD)
+    cache = tmp_path / "build-cache"
+    cache.mkdir()
+    env = {"PATH": _path_without_compilers(tmp_path), "MLTCP_BUILD_DIR": str(cache)}
+    picked = subprocess.run([str(host_venv / "bin" / "python"), "-c", PICK], cwd=tmp_path,
+                            env=_env(**env), capture_output=True, text=True, timeout=60)
+    assert picked.returncode == 0, picked.stderr
+    objects, origin = picked.stdout.splitlines()
+    prebuilt = _site_packages(host_venv) / PREBUILT
+    assert json.loads(objects) == {n: str(prebuilt / f"{n}.bpf.o") for n in OBJECTS}
+    assert origin.startswith("pre-built CO-RE objects")
+    assert list(cache.iterdir()) == []
+    doctor = mltcp(host_venv, "doctor", "--no-build", "--json", cwd=tmp_path, **env)
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+    for tool in ("clang", "bpftool"):
+        assert checks[tool]["ok"], checks[tool]
+        assert checks[tool]["detail"] == f"pre-built CO-RE objects (wheel); {tool} not needed"
+    assert "pre-built" in checks["sources"]["detail"]
+
+
+def test_an_edited_source_is_compiled_not_shadowed(host_venv: Path, tmp_path: Path):
+    """$MLTCP_KERNEL_SRC with one source changed: that object no longer matches the
+    wheel's digest, so the runtime would compile it (here: asks for clang) instead of
+    loading the stale pre-built one; the others stay pre-built."""
+    if not CAN_PREBUILD:
+        pytest.skip(NO_PREBUILD)
+    src = tmp_path / "kernel"
+    shutil.copytree(_site_packages(host_venv) / "mltcp/host/bpf/src", src)
+    with (src / "mltcp_reno.bpf.c").open("a") as f:
+        f.write("\n/* edited */\n")
+    probe = ("from mltcp.host import build\n"
+             "print(sorted(n for n in build.OBJECTS if build.prebuilt_object(n) is None))")
+    picked = subprocess.run([str(host_venv / "bin" / "python"), "-c", probe], cwd=tmp_path,
+                            env=_env(MLTCP_KERNEL_SRC=str(src)), capture_output=True,
+                            text=True, timeout=60, check=True)
+    assert picked.stdout.strip() == "['mltcp_reno']"
 
 
 FLOW = """
@@ -128,12 +223,13 @@ print(cc, got[0])
 def test_load_attach_carry_a_flow_and_unload_from_the_wheel(host_venv: Path, tmp_path: Path,
                                                            clean_datapath):
     if not CAN_PREBUILD:
-        pytest.skip("the build host lacks clang, bpftool or kernel BTF: no pre-built objects")
+        pytest.skip(NO_PREBUILD)
     cache = tmp_path / "build-cache"
     cache.mkdir()
     extra = {"MLTCP_BUILD_DIR": str(cache)}
     port, nbytes = 7451, 4_000_000
-    ns = f"mltcp-wheel-{os.getpid()}"
+    ns = f"mltcp-wheeltest-{os.getpid()}"
+    agent_log = tmp_path / "agent.log"
 
     def run(*args: str) -> subprocess.CompletedProcess:
         done = mltcp(host_venv, *args, cwd=tmp_path, **extra)
@@ -141,16 +237,19 @@ def test_load_attach_carry_a_flow_and_unload_from_the_wheel(host_venv: Path, tmp
         return done
 
     run("load", "all")
-    agent = subprocess.Popen([str(host_venv / "bin" / "mltcp"), "agent", "--interval", "0.2"],
-                             cwd=tmp_path, env=_env(**extra), stderr=subprocess.PIPE, text=True)
-    subprocess.run(["ip", "netns", "add", ns], check=True)
+    with agent_log.open("w") as log:     # a file, not a pipe nobody drains while it runs
+        agent = subprocess.Popen([str(host_venv / "bin" / "mltcp"), "agent", "--interval",
+                                  "0.2"], cwd=tmp_path, env=_env(**extra), stderr=log,
+                                 stdout=log)
     try:
+        subprocess.run(["ip", "netns", "add", ns], check=True)
         run("job", "attach", "wheeltest", "--port", str(port), "--budget", "1MB", "--cc",
             "cubic", "--stale-s", "5")
         subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
         flow = subprocess.run(["nsenter", f"--net=/run/netns/{ns}", sys.executable, "-c",
                                FLOW, str(port), str(nbytes)], capture_output=True, text=True,
-                              timeout=60, check=True)
+                              timeout=60)
+        assert flow.returncode == 0, flow.stderr
         cc, received = flow.stdout.split()
         assert cc == "mltcp_cubic" and int(received) == nbytes   # the classifier switched it
         time.sleep(0.5)                                         # an agent refresh or two
@@ -158,9 +257,13 @@ def test_load_attach_carry_a_flow_and_unload_from_the_wheel(host_venv: Path, tmp
         assert status["name"] == "wheeltest" and not status["stale"]
         assert status["total_bytes"] >= nbytes and status["iteration"] >= 3   # 1 MB budget
     finally:
-        subprocess.run(["ip", "netns", "del", ns], check=False)
+        subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True)
         agent.send_signal(signal.SIGTERM)
-        agent.wait(timeout=10)
-    assert agent.returncode == 0, agent.stderr.read()
+        try:
+            agent.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+            agent.wait()
+    assert agent.returncode == 0, agent_log.read_text()
     run("unload", "--all")
     assert list(cache.iterdir()) == []      # nothing was compiled: the wheel's objects loaded

@@ -22,9 +22,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 from mltcp.core.errors import CapabilityError, MltcpError
@@ -54,16 +54,27 @@ def prebuilt_dir() -> Path:
     return PACKAGE_BPF / "prebuilt"
 
 
+def _is_checkout(src: Path) -> bool:
+    """``src`` is a kernel/ directory one may write next to: not the copy inside an
+    installed package (site-packages is the package manager's, and may be read-only or
+    shared by users), and writable."""
+    src = src.resolve()
+    installed = src.is_relative_to(PACKAGE_BPF) or bool(
+        {"site-packages", "dist-packages"} & set(src.parts))
+    return not installed and os.access(src, os.W_OK)
+
+
 def build_dir() -> Path:
-    """$MLTCP_BUILD_DIR, else kernel/build in a writable checkout, else the user cache
-    (never site-packages)."""
+    """Where objects compiled here are cached: $MLTCP_BUILD_DIR, else ``build/`` beside the
+    sources of a writable checkout (the development path, as before wheels), else the
+    user's cache ``${XDG_CACHE_HOME:-~/.cache}/mltcp/bpf``; never site-packages."""
     env = os.environ.get("MLTCP_BUILD_DIR")
     if env:
         out = Path(env)
     else:
         src = kernel_source_dir()
-        cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mltcp" / "bpf"
-        out = src / "build" if src == CHECKOUT_KERNEL and os.access(src, os.W_OK) else cache
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mltcp" / "bpf"
+        out = src / "build" if _is_checkout(src) else cache
     out.mkdir(parents=True, exist_ok=True)
     return out
 
@@ -96,10 +107,22 @@ def require_tool(name: str, package: str) -> str:
     return path
 
 
+def _temp_beside(dest: Path) -> tuple[int, str]:
+    """A new file of this call's own in ``dest``'s directory (so ``os.replace`` onto
+    ``dest`` is atomic), created with the umask's mode like any file, not mkstemp's 0600:
+    a cache in a checkout or $MLTCP_BUILD_DIR may be shared with other users."""
+    while True:
+        tmp = dest.parent / f".{dest.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), str(tmp)
+        except FileExistsError:
+            continue
+
+
 def _replace_atomically(data: bytes, dest: Path) -> None:
     """Write ``dest`` through a temp file of its own in the same directory: two
     processes building at once never leave a half-written file under the final name."""
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
+    fd, tmp = _temp_beside(dest)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -129,10 +152,15 @@ def vmlinux_header(out_dir: Path | None = None) -> Path:
 
 
 def compile_object(name: str, src_dir: Path, header: Path, dest: Path) -> Path:
-    """clang ``src_dir/<name>.bpf.c`` against ``header`` (vmlinux.h) into ``dest``."""
+    """clang ``src_dir/<name>.bpf.c`` against ``header`` (vmlinux.h) into ``dest``.
+
+    The runtime's cache and the wheel build (``setup.py``) both compile through here.
+    clang writes a temp file of this call's own beside ``dest``, renamed over it when
+    complete: a fixed temp name let two first builds interleave and leave a corrupt
+    object cached for good."""
     clang = require_tool("clang", "clang")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".o")
+    fd, tmp = _temp_beside(dest)
     os.close(fd)
     try:
         proc = subprocess.run([clang, *CLANG_FLAGS, "-I", str(header.parent), "-I",
@@ -147,13 +175,22 @@ def compile_object(name: str, src_dir: Path, header: Path, dest: Path) -> Path:
 
 
 def prebuilt_object(name: str) -> Path | None:
-    """The wheel's pre-built object of ``name`` if it was built from the sources in use."""
+    """The wheel's pre-built object of ``name`` if it was built from the sources in use.
+
+    The digest is the sources' and flags' only (:func:`source_digest`), not the running
+    kernel's BTF: CO-RE objects are relocated at load.  Sources edited since the wheel was
+    built ($MLTCP_KERNEL_SRC) differ, so clang builds them instead.  An unreadable
+    manifest counts as none (compiling is always safe; trusting a damaged one is not).
+    """
     manifest = prebuilt_dir() / MANIFEST
-    if not manifest.is_file():
-        return None
-    entry = json.loads(manifest.read_text()).get("objects", {}).get(name)
     obj = prebuilt_dir() / f"{name}.bpf.o"
-    if entry and obj.is_file() and entry.get("digest") == source_digest(name):
+    if not (manifest.is_file() and obj.is_file()):
+        return None
+    try:
+        entry = json.loads(manifest.read_text())["objects"][name]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if isinstance(entry, dict) and entry.get("digest") == source_digest(name):
         return obj
     return None
 
@@ -174,8 +211,14 @@ def build_object(name: str) -> Path:
 
 
 def origin() -> str:
-    """How this install gets its objects, for the doctor."""
+    """How this install gets its objects (pre-built, compiled here, or some of each), for
+    the doctor."""
     ready = [n for n in OBJECTS if prebuilt_object(n) is not None]
+    compiled = f"compiled here with clang from {kernel_source_dir()}"
     if len(ready) == len(OBJECTS):
         return f"pre-built CO-RE objects ({prebuilt_dir()})"
-    return f"compiled here with clang from {kernel_source_dir()}"
+    if not ready:
+        return compiled
+    rest = [n for n in OBJECTS if n not in ready]
+    return (f"{', '.join(ready)} pre-built CO-RE ({prebuilt_dir()}); {', '.join(rest)} "
+            f"{compiled} (their sources differ from the wheel's)")

@@ -61,13 +61,23 @@ def run_checks(compile_objects: bool = True) -> list[Check]:
         cg2_why = str(exc)
     checks.append(Check("cgroup2", bool(cg2), cg2 or cg2_why,
                         "mount cgroup2 (needed for `job attach --cgroup`)"))
-    # With the wheel's pre-built CO-RE objects, nothing is compiled on the host.
-    prebuilt = all(build.prebuilt_object(n) is not None for n in OBJECTS)
+    # With the wheel's pre-built CO-RE objects nothing is compiled on the host, so clang
+    # and bpftool (vmlinux.h) are optional; without them (a checkout) they are required.
+    try:
+        src = build.kernel_source_dir()
+        prebuilt = all(build.prebuilt_object(n) is not None for n in OBJECTS)
+        checks.append(Check("sources", True, f"eBPF sources in {src}; objects " + (
+            "pre-built (CO-RE, from the wheel)" if prebuilt else "compiled here with clang")))
+    except MltcpError as exc:
+        prebuilt = False
+        checks.append(Check("sources", False, str(exc).splitlines()[0],
+                            "reinstall mltcp, or set MLTCP_KERNEL_SRC to a checkout's kernel/"))
     for tool, pkg in (("clang", "clang"), ("bpftool", "bpftool"), ("tc", "iproute2"),
                       ("nsenter", "util-linux")):
         path = shutil.which(tool)
-        if not path and prebuilt and tool in ("clang", "bpftool"):
-            checks.append(Check(tool, True, "not needed: pre-built CO-RE objects (wheel)"))
+        if prebuilt and tool in ("clang", "bpftool"):
+            checks.append(Check(tool, True, f"pre-built CO-RE objects (wheel); {tool} not "
+                                "needed" + (f" ({path})" if path else "")))
             continue
         checks.append(Check(tool, bool(path), path or "not found",
                             f"apt-get install {pkg} (scripts/setup.sh installs everything)"))
