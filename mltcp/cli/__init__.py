@@ -10,6 +10,10 @@ Each group module defines its parsers and imports what its commands need only wh
 one runs, so ``mltcp status`` on a training host never imports the lab, numpy or
 matplotlib (tests/test_architecture.py checks it).
 
+Every error is one line: bad input names the field or flag and the fix (numeric flags are
+checked by the same rules as everywhere, :mod:`mltcp.cli.args`, and argparse's own errors
+are one line too, :class:`Parser`).
+
 Exit codes: 0 success; 1 a command failed (a kernel or system call, a run); 2 bad
 input (a one-line message naming the field and the fix); 3 the host lacks a
 capability (root, BTF, a tool, an optional package); 130 interrupted.
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from mltcp import __version__
 from mltcp.cli import dcqcn, host, lab
@@ -30,8 +35,16 @@ LAB_PACKAGES = ("numpy", "matplotlib")
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CAPABILITY, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors as one line (argparse prints the usage first; the usage
+    is one ``--help`` away, the line says which)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"mltcp: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mltcp", description="MLTCP: congestion control that "
+    p = Parser(prog="mltcp", description="MLTCP: congestion control that "
                                 "knows about distributed ML training.",
                                 epilog="exit codes: 0 ok, 1 failed, 2 bad input, "
                                        "3 missing capability, 130 interrupted")

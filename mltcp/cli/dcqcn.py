@@ -15,6 +15,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from mltcp.cli import args as args_
 from mltcp.core.aggressiveness import Aggressiveness
 from mltcp.core.dcqcn.knobs import markdown_table, text_table
 from mltcp.core.dcqcn.policy import PRESETS as DCQCN_PRESETS
@@ -53,22 +54,24 @@ def register(sub: Any) -> None:
     fa.add_argument("--preset", choices=list(DCQCN_PRESETS),
                     help="mlx5-default (F = 1), paper (0.25 + 1.75 r) or tuned (1 + r, "
                          "the default)")
-    fa.add_argument("--slope", type=float)
-    fa.add_argument("--intercept", type=float)
-    fa.add_argument("--cap", type=float)
+    fa.add_argument("--slope", type=args_.finite())
+    fa.add_argument("--intercept", type=args_.finite())
+    fa.add_argument("--cap", type=args_.finite())
     dr.add_argument("--mode", default="timer", choices=["timer", "rates"],
                     help="timer: rpg_time_reset and rpg_byte_reset / F (default); rates: "
                          "rpg_ai_rate and rpg_hai_rate x F")
-    dr.add_argument("--f-step", type=float, default=0.125,
+    dr.add_argument("--f-step", type=args_.number(1 / 1024, 1, "0.125"), default=0.125,
                     help="F is rounded to multiples of this before use (default %(default)s)")
     dr.add_argument("--base", default="current", choices=["current", "mlx5"],
                     help="scale the values found at start (default) or the mlx5 defaults")
     dr.add_argument("--advise", action="store_true",
                     help="write nothing: print each change the tuner would make, and why")
-    dr.add_argument("--poll-ms", type=float, default=2.0, help="counter poll period")
-    dr.add_argument("--gap-ms", type=float, default=10.0,
+    dr.add_argument("--poll-ms", type=args_.number(0, 1000, "2", lo_open=True), default=2.0,
+                    help="counter poll period (0 < ms <= 1000)")
+    dr.add_argument("--gap-ms", type=args_.number(0, 60_000, "10", lo_open=True), default=10.0,
                     help="silence that ends an iteration (>= 2 polls; default %(default)s)")
-    dr.add_argument("--duration-s", type=float, help="stop (and restore) after this long")
+    dr.add_argument("--duration-s", type=args_.number(0, 30 * 86_400, "60", lo_open=True),
+                    help="stop (and restore) after this long (0 < s <= 30 days)")
     dr.add_argument("--counter", default="auto",
                     help="RDMA tx bytes: auto, ib:DEV[:PORT] (port_xmit_data x 4), "
                          "ethtool[:STAT], file:PATH (default auto)")

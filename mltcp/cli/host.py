@@ -14,6 +14,8 @@ import sys
 import time
 from typing import Any
 
+from mltcp.cli import args as args_
+
 
 def register(sub: Any) -> None:
     """Add the host commands to the top-level subparsers."""
@@ -34,14 +36,17 @@ def register(sub: Any) -> None:
 
     st = sub.add_parser("status", help="per job: iteration, bytes_ratio, F; per flow: cwnd, srtt")
     st.add_argument("--json", action="store_true")
-    st.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS")
+    st.add_argument("--watch", type=args_.number(0, 3600, "1", lo_open=True), metavar="SECONDS",
+                    help="refresh every SECONDS (0 < SECONDS <= 3600)")
     st.set_defaults(handler=cmd_status)
     mt = sub.add_parser("metrics", help="Prometheus text format")
     mt.set_defaults(handler=cmd_metrics)
 
     ag = sub.add_parser("agent", help="long-running control plane for this host")
-    ag.add_argument("--interval", type=float, default=1.0, help="refresh period in seconds")
-    ag.add_argument("--metrics-port", type=int, help="serve /metrics on this TCP port")
+    ag.add_argument("--interval", type=args_.number(0.05, 60, "1"), default=1.0,
+                    help="refresh period in seconds (0.05..60, default %(default)s)")
+    ag.add_argument("--metrics-port", type=args_.port("9465"),
+                    help="serve /metrics on this TCP port (1..65535)")
     ag.add_argument("--metrics-addr", default="127.0.0.1")
     ag.set_defaults(handler=cmd_agent)
 
@@ -57,28 +62,31 @@ def _register_job(sub: Any) -> None:
     b.add_argument("--budget", help="bytes this host sends per iteration, e.g. 150MB, 1.5GiB")
     b.add_argument("--gradient-bytes", help="model gradient size, with --workers/--collective")
     b.add_argument("--learn", action="store_true", help="learn it from observed iterations")
-    a.add_argument("--workers", type=int, help="workers in the collective")
+    a.add_argument("--workers", type=args_.integer(1, 1_000_000, "8"),
+                   help="workers in the collective")
     a.add_argument("--collective", default="ring_allreduce",
                    help="ring_allreduce, tree_allreduce, reduce_scatter, all_gather, "
                         "reduce_scatter_all_gather, all_to_all, parameter_server")
     a.add_argument("--role", default="worker", help="worker or server (parameter_server)")
-    a.add_argument("--servers", type=int, default=1, help="parameter servers")
+    a.add_argument("--servers", type=args_.integer(1, 1_000_000, "1"), default=1,
+                   help="parameter servers")
     f = a.add_argument_group("aggressiveness F = intercept + slope * bytes_ratio")
     f.add_argument("--preset", help="default (slope 1, intercept 1) or standard (F = 1)")
-    f.add_argument("--slope", type=float)
-    f.add_argument("--intercept", type=float)
-    f.add_argument("--cap", type=float)
-    a.add_argument("--gap-ms", type=float, default=None,
-                   help="idle gap that starts a new iteration (default 5)")
-    a.add_argument("--stale-s", type=float, default=None,
+    f.add_argument("--slope", type=args_.finite(), help="0..64")
+    f.add_argument("--intercept", type=args_.finite(), help="1/65536..64")
+    f.add_argument("--cap", type=args_.finite(), help="intercept..128")
+    a.add_argument("--gap-ms", type=args_.finite(), default=None,
+                   help="idle gap that starts a new iteration (0.05..60000, default 5)")
+    a.add_argument("--stale-s", type=args_.finite(), default=None,
                    help="fall back to the standard CC when not refreshed for this long "
                         "(default 30; 0 = never)")
     c = a.add_argument_group("which sockets (at least one)")
     c.add_argument("--cgroup", help="cgroup v2 path of the training processes")
     c.add_argument("--dst", action="append", default=[], metavar="ADDR[:PORT]",
                    help="remote address (and port); repeatable")
-    c.add_argument("--port", action="append", type=int, default=[], help="remote port")
-    c.add_argument("--local-port", action="append", type=int, default=[],
+    c.add_argument("--port", action="append", type=args_.port(), default=[],
+                   help="remote port")
+    c.add_argument("--local-port", action="append", type=args_.port(), default=[],
                    help="local (listening) port")
 
     d = jsub.add_parser("detach", help="detach a job (or --all)")

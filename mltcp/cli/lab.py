@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from mltcp.cli import args as args_
 from mltcp.lab import backends
 
 
@@ -25,10 +26,11 @@ def register(sub: Any) -> None:
     rn.add_argument("--backend", default="netns", choices=names, help=backend_help)
     rn.add_argument("--out", required=True, help="output directory")
     rn.add_argument("--scheme", action="append", help="only these schemes (repeatable)")
-    rn.add_argument("--seed", action="append", type=int, help="only these seeds (repeatable)")
+    rn.add_argument("--seed", action="append", type=args_.integer(0, 2**32 - 1, "0"),
+                    help="only these seeds (repeatable)")
     rn.add_argument("--dedicated", action="store_true",
                     help="also run each job alone (the dedicated-link baseline)")
-    rn.add_argument("--parallel", type=int, default=1, metavar="N",
+    rn.add_argument("--parallel", type=args_.integer(1, 64, "2"), default=1, metavar="N",
                     help="runs at once where the backend can (ns3: one process each; "
                          "default 1)")
     rn.set_defaults(handler=cmd_run)
@@ -38,8 +40,9 @@ def register(sub: Any) -> None:
     cp.add_argument("scenario", help="an example name or a TOML file")
     cp.add_argument("--backend", default="netns", choices=names, help=backend_help)
     cp.add_argument("--out", required=True, help="output directory")
-    cp.add_argument("--seed", action="append", type=int, help="only these seeds (repeatable)")
-    cp.add_argument("--parallel", type=int, default=1, metavar="N",
+    cp.add_argument("--seed", action="append", type=args_.integer(0, 2**32 - 1, "0"),
+                    help="only these seeds (repeatable)")
+    cp.add_argument("--parallel", type=args_.integer(1, 64, "2"), default=1, metavar="N",
                     help="runs at once where the backend can (ns3; default 1)")
     cp.set_defaults(handler=cmd_compare)
 
@@ -57,9 +60,9 @@ def register(sub: Any) -> None:
                     help="fluid: the flow-level model (batches of runs); ns3: one ns-3 process "
                          "per run (minutes each); dcqcn: batches on the DCQCN model")
     sw.add_argument("--scheduler", help="Dask scheduler address (default: a local cluster)")
-    sw.add_argument("--workers", type=int, help="local cluster: worker processes "
-                                                "(default: one per core)")
-    sw.add_argument("--f-steps", type=int, default=None,
+    sw.add_argument("--workers", type=args_.integer(1, 1024, "2"),
+                    help="local cluster: worker processes (default: one per core)")
+    sw.add_argument("--f-steps", type=args_.integer(0, 1_000_000, "8"), default=None,
                     help="fluid: F re-evaluations per iteration (0: only at phase events)")
     sw.set_defaults(handler=cmd_sweep)
 
@@ -84,9 +87,9 @@ def register(sub: Any) -> None:
                     help="instead: one MLTCP run watched live (per worker and iteration: "
                          "bytes_ratio, F, cwnd)")
     dm.add_argument("--cc", default="cubic", help="--live: reno, cubic or dctcp")
-    dm.add_argument("--iterations", type=int, default=12,
+    dm.add_argument("--iterations", type=args_.integer(2, 1000, "12"), default=12,
                     help="--live: iterations per job (2..1000, default %(default)s)")
-    dm.add_argument("--rate-mbit", type=float, default=1000,
+    dm.add_argument("--rate-mbit", type=args_.number(1, 40_000, "1000"), default=1000,
                     help="--live: bottleneck rate (default %(default)s)")
     dm.add_argument("--json", metavar="FILE",
                     help="--live: also write the trace and the datapath samples here")

@@ -23,9 +23,9 @@ most 2**40 bytes shifted left by 16 is below 2**56, and slope_fp * ratio_fp is a
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from mltcp.core import validate
 from mltcp.core.errors import SpecError
 
 FP_SHIFT = 16
@@ -37,31 +37,6 @@ MAX_SLOPE = 64.0
 MAX_INTERCEPT = 64.0
 MAX_CAP = 128.0
 MIN_INTERCEPT = 1 / FP_ONE       # below it the intercept rounds to 0 and F(0) would stall
-
-
-def _is_real(value: object) -> bool:
-    """True for int/float but not bool, which is an int subclass yet never a sane F."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_finite(field: str, value: object, example: str) -> float:
-    try:
-        number = float(value) if _is_real(value) else math.nan  # type: ignore[arg-type]
-    except OverflowError:  # an int too large for a float
-        number = math.inf
-    if not math.isfinite(number):
-        raise SpecError(field, f"must be a finite number (got {value!r})", example)
-    return number
-
-
-def _check_non_negative(**values: int) -> None:
-    for field, value in values.items():
-        if value < 0:
-            raise SpecError(field, f"must be >= 0 (got {value})", "pass a non-negative integer")
 
 
 @dataclass(frozen=True)
@@ -78,7 +53,7 @@ class FixedAggressiveness:
     def __post_init__(self) -> None:
         # Validated here too because the kernel map may be filled from these directly.
         for name in ("slope_fp", "intercept_fp", "cap_fp"):
-            if not _is_int(getattr(self, name)):
+            if not validate.is_integer(getattr(self, name)):
                 raise SpecError(
                     name, f"must be an integer (got {getattr(self, name)!r})",
                     "build it with Aggressiveness(...).to_fixed()",
@@ -108,7 +83,8 @@ class FixedAggressiveness:
         An unknown budget (0) yields exactly 1.0 so that the flow behaves like the
         unmodified congestion control while the budget is still being learned.
         """
-        _check_non_negative(bytes_in_iter=bytes_in_iter, budget=budget)
+        for field, value in (("bytes_in_iter", bytes_in_iter), ("budget", budget)):
+            validate.at_least(value, field, 0, "pass a non-negative integer")
         if budget == 0:
             return FP_ONE
         return int(f_fixed(bytes_in_iter, budget, self.slope_fp, self.intercept_fp,
@@ -154,7 +130,7 @@ class Aggressiveness:
 
     def validate(self) -> None:
         """Reject parameters the kernel cannot represent or that would stall a flow."""
-        slope = _check_finite("slope", self.slope, "use a number such as --slope 1.0")
+        slope = validate.finite(self.slope, "slope", "use a number such as --slope 1.0")
         if slope < 0:
             raise SpecError(
                 "slope", f"must be >= 0 (got {slope:g})",
@@ -165,9 +141,8 @@ class Aggressiveness:
                 "slope", f"must be <= {MAX_SLOPE:g} (got {slope:g})",
                 "use a slope of at most 64, e.g. --slope 1.0",
             )
-        intercept = _check_finite(
-            "intercept", self.intercept, "use a number such as --intercept 1.0"
-        )
+        intercept = validate.finite(self.intercept, "intercept",
+                                    "use a number such as --intercept 1.0")
         # Below 1/FP_ONE the intercept rounds to 0 in Q16.16 and F(0) would freeze the window.
         if intercept <= 0 or round(intercept * FP_ONE) < round(MIN_INTERCEPT * FP_ONE):
             raise SpecError(
@@ -181,7 +156,7 @@ class Aggressiveness:
             )
         if self.cap is None:
             return
-        cap = _check_finite("cap", self.cap, "use a number such as --cap 2.0, or omit --cap")
+        cap = validate.finite(self.cap, "cap", "use a number such as --cap 2.0, or omit --cap")
         if cap < intercept:
             raise SpecError(
                 "cap", f"must be >= intercept {intercept:g} (got {cap:g})",
@@ -233,7 +208,8 @@ def scale_acked(acked: int, f_fp: int, frac: int) -> tuple[int, int]:
     ``(scaled_bytes, new_frac)`` where ``new_frac`` is the Q16.16 fraction to store
     per flow; the sum of scaled bytes over many ACKs equals ``floor(total * F)``.
     """
-    _check_non_negative(acked=acked, f_fp=f_fp)
+    for field, value in (("acked", acked), ("f_fp", f_fp)):
+        validate.at_least(value, field, 0, "pass a non-negative integer")
     if not 0 <= frac <= _FP_MASK:
         raise SpecError(
             "frac", f"must be in [0, {_FP_MASK}] (got {frac})",

@@ -17,6 +17,7 @@ from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
 
+from mltcp.core import validate
 from mltcp.core.aggressiveness import MAX_BUDGET_BYTES
 from mltcp.core.errors import SpecError
 
@@ -58,14 +59,6 @@ def _ceil_div(num: int, den: int) -> int:
     return -(-num // den)
 
 
-def _require_int(name: str, value: object, minimum: int, fix: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise SpecError(name, f"must be an integer (got {value!r})", fix)
-    if value < minimum:
-        raise SpecError(name, f"must be >= {minimum} (got {value})", fix)
-    return value
-
-
 @dataclass(frozen=True)
 class JobDescription:
     """What one host of a training job exchanges per iteration.
@@ -82,9 +75,8 @@ class JobDescription:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "collective", Collective.parse(self.collective))
-        _require_int(
-            "gradient_bytes", self.gradient_bytes, 1, "give the gradient size, e.g. 100MB"
-        )
+        validate.at_least(self.gradient_bytes, "gradient_bytes", 1,
+                          "give the gradient size, e.g. 100MB")
         if self.gradient_bytes > MAX_BUDGET_BYTES:
             raise SpecError(
                 "gradient_bytes", f"must be <= {MAX_BUDGET_BYTES} (got {self.gradient_bytes})",
@@ -92,11 +84,9 @@ class JobDescription:
             )
         is_ps = self.collective is Collective.PARAMETER_SERVER
         min_workers = 1 if is_ps else 2
-        _require_int(
-            "workers", self.workers, min_workers,
-            f"a {self.collective.value} job needs at least {min_workers} workers",
-        )
-        _require_int("servers", self.servers, 1, "use at least one parameter server")
+        validate.at_least(self.workers, "workers", min_workers,
+                          f"a {self.collective.value} job needs at least {min_workers} workers")
+        validate.at_least(self.servers, "servers", 1, "use at least one parameter server")
         role = self.role.strip().lower() if isinstance(self.role, str) else self.role
         if role not in ROLES:
             raise SpecError("role", f"unknown role {self.role!r}", "use 'worker' or 'server'")
@@ -161,13 +151,11 @@ class BudgetLearner:
     _samples: deque[int] = dataclasses.field(default_factory=deque, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        _require_int("min_samples", self.min_samples, 3, "use --min-samples 5")
-        _require_int(
-            "window", self.window, self.min_samples,
-            f"use a window of at least min_samples ({self.min_samples}), e.g. 8",
-        )
+        validate.at_least(self.min_samples, "min_samples", 3, "use --min-samples 5")
+        validate.at_least(self.window, "window", self.min_samples,
+                          f"use a window of at least min_samples ({self.min_samples}), e.g. 8")
         spread = self.max_spread
-        if isinstance(spread, bool) or not isinstance(spread, int | float) or not 0 < spread < 1:
+        if not validate.is_number(spread) or not 0 < spread < 1:
             raise SpecError(
                 "max_spread", f"must be in (0, 1) (got {spread!r})", "use e.g. --max-spread 0.10"
             )

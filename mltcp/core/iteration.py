@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mltcp.core import validate
 from mltcp.core.aggressiveness import FP_ONE, MAX_BUDGET_BYTES, FixedAggressiveness
 from mltcp.core.errors import SpecError
 
@@ -57,11 +58,8 @@ class JobTrackerState:
 
 
 def _check_budget(budget: int) -> int:
-    if isinstance(budget, bool) or not isinstance(budget, int):
-        raise SpecError(
-            "budget", f"must be an integer (got {budget!r})", "pass bytes, e.g. 10000000"
-        )
-    if not 0 <= budget <= MAX_BUDGET_BYTES:
+    validate.at_least(budget, "budget", 0, "pass bytes, e.g. 10000000, or 0 to learn it")
+    if budget > MAX_BUDGET_BYTES:
         raise SpecError(
             "budget", f"must be in [0, {MAX_BUDGET_BYTES}] (got {budget})",
             "use 0 to learn the budget, or at most 1 TiB",
@@ -76,25 +74,15 @@ class IterationTracker:
         self, budget: int, gap_ns: int, agg: FixedAggressiveness, tail_shift: int = 4
     ) -> None:
         self._budget = _check_budget(budget)
-        if isinstance(gap_ns, bool) or not isinstance(gap_ns, int) or gap_ns <= 0:
-            raise SpecError(
-                "gap_ns", f"must be a positive integer (got {gap_ns!r})",
-                "use a gap shorter than the compute phase, e.g. 5000000 (5 ms)",
-            )
+        validate.at_least(gap_ns, "gap_ns", 1,
+                          "use a gap shorter than the compute phase, e.g. 5000000 (5 ms)")
         if not isinstance(agg, FixedAggressiveness):
             raise SpecError(
                 "agg", f"must be a FixedAggressiveness (got {type(agg).__name__})",
                 "pass Aggressiveness(...).to_fixed()",
             )
-        if (
-            isinstance(tail_shift, bool)
-            or not isinstance(tail_shift, int)
-            or not 0 <= tail_shift <= MAX_TAIL_SHIFT
-        ):
-            raise SpecError(
-                "tail_shift", f"must be an integer in [0, {MAX_TAIL_SHIFT}] (got {tail_shift!r})",
-                "use 4 (tails up to budget/16 are tolerated)",
-            )
+        validate.integer(tail_shift, "tail_shift", 0, MAX_TAIL_SHIFT,
+                         "4 (tails up to budget/16 are tolerated)")
         self.gap_ns = gap_ns
         self.agg = agg
         self.tail_shift = tail_shift

@@ -47,10 +47,11 @@ def integer(value: object, field: str, lo: int, hi: int, example: str | None = N
 
 
 def number(value: object, field: str, lo: float, hi: float, example: str | None = None, *,
-           lo_open: bool = False) -> float:
-    """A finite number in [lo, hi] (or (lo, hi] with ``lo_open``)."""
+           lo_open: bool = False, fix: str | None = None) -> float:
+    """A finite number in [lo, hi] (or (lo, hi] with ``lo_open``); ``fix`` replaces the
+    generated advice where the caller can say more (a unit, a flag)."""
     low = f"> {fmt(lo)}" if lo_open else f">= {fmt(lo)}"
-    fix = f"use a number {low} and <= {fmt(hi)}" + (f", e.g. {example}" if example else "")
+    fix = fix or f"use a number {low} and <= {fmt(hi)}" + (f", e.g. {example}" if example else "")
     if not is_number(value):
         raise SpecError(field, f"must be a number (got {value!r})", fix)
     try:
@@ -61,6 +62,27 @@ def number(value: object, field: str, lo: float, hi: float, example: str | None 
     if not math.isfinite(x) or too_low or x > hi:
         raise SpecError(field, f"must be {low} and <= {fmt(hi)} (got {value!r})", fix)
     return x
+
+
+def finite(value: object, field: str, fix: str) -> float:
+    """A finite number with no range of its own (the caller checks the bounds it needs,
+    with messages of its own)."""
+    try:
+        x = float(value) if is_number(value) else math.nan  # type: ignore[arg-type]
+    except OverflowError:   # an int too large for a float
+        x = math.inf
+    if not math.isfinite(x):
+        raise SpecError(field, f"must be a finite number (got {value!r})", fix)
+    return x
+
+
+def at_least(value: object, field: str, minimum: int, fix: str) -> int:
+    """An integer >= ``minimum`` with no upper bound (counts, sizes, clock readings)."""
+    if not is_integer(value):
+        raise SpecError(field, f"must be an integer (got {value!r})", fix)
+    if value < minimum:  # type: ignore[operator]
+        raise SpecError(field, f"must be >= {minimum} (got {value})", fix)
+    return value  # type: ignore[return-value]
 
 
 def text(value: object, field: str, example: str) -> str:
@@ -137,9 +159,9 @@ def size(value: object, field: str, example: str) -> int:
     return parse_bytes(value, field)
 
 
-def port(value: object, field: str) -> int:
+def port(value: object, field: str, example: str = "5201") -> int:
     """A TCP/UDP port, 1..65535."""
-    return integer(value, field, 1, 65535, "5201")
+    return integer(value, field, 1, 65535, example)
 
 
 def as_cli(field: str) -> str:

@@ -14,6 +14,7 @@ import signal
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from mltcp.core import validate
 from mltcp.host import jobs, telemetry
 
 log = logging.getLogger("mltcp.host.agent")
@@ -40,11 +41,11 @@ class _MetricsHandler(BaseHTTPRequestHandler):
 class Agent:
     def __init__(self, interval_s: float = 1.0, metrics_port: int | None = None,
                  metrics_addr: str = "127.0.0.1", registry: jobs.Registry | None = None) -> None:
-        if not 0.05 <= interval_s <= 60:
-            from mltcp.core.errors import SpecError
-
-            raise SpecError("interval", f"{interval_s} s out of range",
-                            "use 0.05 .. 60 s, well below the jobs' stale timeout")
+        validate.number(interval_s, "interval", 0.05, 60,
+                        fix="use 0.05 .. 60 s, well below the jobs' stale timeout")
+        if metrics_port is not None:
+            # 0: any free port (tests, and callers that read it back from the server)
+            validate.integer(metrics_port, "metrics-port", 0, 65535, "9465")
         self.interval_s = interval_s
         self.registry = registry or jobs.Registry()
         self.stop_event = threading.Event()

@@ -22,7 +22,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from mltcp.core.aggressiveness import FP_ONE, Aggressiveness
+from mltcp.core import validate
+from mltcp.core.aggressiveness import FP_ONE, MAX_BUDGET_BYTES, Aggressiveness
 from mltcp.core.budget import BudgetLearner, JobDescription
 from mltcp.core.errors import MltcpError, SpecError
 from mltcp.host import datapath, maps
@@ -51,9 +52,8 @@ class JobSpec:
     description: dict | None = None  # JobDescription fields, when the budget came from one
 
     def __post_init__(self) -> None:
-        if not _NAME_RE.match(self.name):
-            raise SpecError("name", f"{self.name!r} is not a valid job name",
-                            "use 1-32 letters, digits, '.', '_' or '-'")
+        validate.name(self.name, "name", _NAME_RE, "1-32 letters, digits, '.', '_' or '-'",
+                      "resnet")
         if self.cc not in datapath.MODULES:
             raise SpecError("cc", f"unknown congestion control {self.cc!r}",
                             f"choose from {', '.join(datapath.MODULES)}")
@@ -62,17 +62,14 @@ class JobSpec:
             if self.budget:
                 raise SpecError("budget", "given together with --learn",
                                 "either give the budget or learn it, not both")
-        elif not 0 < self.budget <= 1 << 40:
-            raise SpecError("budget", f"must be between 1 B and 1 TiB (got {self.budget})",
-                            "give bytes per iteration (e.g. --budget 150MB), a job description, "
-                            "or --learn")
-        if not 0.05 <= self.gap_ms <= 60_000:
-            raise SpecError("gap_ms", f"{self.gap_ms} out of range",
-                            "use 0.05 .. 60000 ms: longer than ACK gaps within communication, "
+        else:
+            validate.integer(self.budget, "budget", 1, MAX_BUDGET_BYTES, "150000000 (150MB)")
+        validate.number(self.gap_ms, "gap_ms", 0.05, 60_000,
+                        fix="use 0.05 .. 60000 ms: longer than ACK gaps within communication, "
                             "shorter than the compute phase")
-        if not (self.stale_s == 0 or 1 <= self.stale_s <= 86_400):
-            raise SpecError("stale_s", f"{self.stale_s} out of range",
-                            "use 1 .. 86400 s, or 0 to never fall back")
+        if validate.finite(self.stale_s, "stale_s", "use 1 .. 86400 s, or 0") != 0:
+            validate.number(self.stale_s, "stale_s", 1, 86_400,
+                            fix="use 1 .. 86400 s, or 0 to never fall back")
         if not self.cgroup and not self.rules:
             raise SpecError("cgroup", "the job has no way to find its sockets",
                             "give --cgroup PATH and/or --dst ADDR[:PORT] / --port / --local-port")
@@ -80,8 +77,7 @@ class JobSpec:
             if not rule.address and not rule.port:
                 raise SpecError("rule", "matches every connection",
                                 "give an address or a port in each rule")
-            if not 0 <= rule.port <= 65535:
-                raise SpecError("port", f"{rule.port} out of range", "use 1..65535")
+            validate.integer(rule.port, "port", 0, 65535, "5201 (0: any port)")
 
     @property
     def aggressiveness(self) -> Aggressiveness:

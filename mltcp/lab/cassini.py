@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mltcp.core import validate
 from mltcp.core.errors import SpecError
 
 DEFAULT_STEP_DEG = 5.0
@@ -625,7 +626,7 @@ def best_rotations(jobs: Sequence[JobDemand], capacity: float,
     then smaller angles. Rotations become time-shifts with equation 4.5.
     """
     cap = _check_capacity(capacity)
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
+    if not validate.is_integer(rounds) or rounds < 0:
         raise SpecError("rounds", f"must be an integer >= 0 (got {rounds!r})",
                         f"use e.g. {DEFAULT_ROUNDS}")
     circle = _make_circle(jobs, step_deg, perimeter_ms, resolution_ms)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from mltcp.core import validate
 from mltcp.core.errors import CapabilityError, SpecError
 from mltcp.host import datapath
 
@@ -107,9 +108,8 @@ def run_demo(cc: str = "cubic", iterations: int = 12, rate_mbit: float = 1000,
     if cc not in MODULES:
         raise SpecError("cc", f"unknown congestion control {cc!r}",
                         f"use one of: {', '.join(MODULES)}")
-    if isinstance(iterations, bool) or not isinstance(iterations, int) \
-            or not 2 <= iterations <= 1000:
-        raise SpecError("iterations", f"{iterations!r} is out of range", "use 2..1000")
+    validate.integer(iterations, "iterations", 2, 1000, "12")
+    validate.number(rate_mbit, "rate_mbit", 1, 40_000, "1000")
     _require_kernel()
     sc = load_scenario(DEFAULT_SCENARIO)
     mltcp = next(s for s in sc.schemes if s.mltcp and s.cc in ("cubic", "reno"))

@@ -63,13 +63,13 @@ report.json; its field names are listed in its docstring and are stable.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
+from mltcp.core import validate
 from mltcp.core.errors import SpecError
 from mltcp.lab.trace import JobTrace, LinkTrace, Trace
 
@@ -84,20 +84,15 @@ Counter = Literal["ecn_marks", "drops"]
 
 
 def _check_skip(skip: int) -> int:
-    if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
-        raise SpecError("skip", f"{skip!r} is not a whole number >= 0",
-                        "give the number of warm-up iterations to leave out, e.g. 0")
-    return skip
+    return validate.at_least(skip, "skip", 0,
+                             "give the number of warm-up iterations to leave out, e.g. 0")
 
 
 def _check_threshold_k(threshold: float, k: int) -> None:
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
-            or not 0 < threshold <= 1:
-        raise SpecError("threshold", f"{threshold!r} is not in (0, 1]",
-                        f"give an overlap fraction, e.g. {DEFAULT_THRESHOLD}")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise SpecError("k", f"{k!r} is not a whole number >= 1",
-                        f"give how many iterations in a row must stay below, e.g. {DEFAULT_K}")
+    validate.number(threshold, "threshold", 0, 1, f"{DEFAULT_THRESHOLD} (an overlap fraction)",
+                    lo_open=True)
+    validate.at_least(k, "k", 1,
+                      f"give how many iterations in a row must stay below, e.g. {DEFAULT_K}")
 
 
 # --------------------------------------------------------------------------- iteration time
@@ -124,12 +119,13 @@ def iteration_stats(job: JobTrace, skip: int = DEFAULT_SKIP) -> IterationStats:
 
 
 def _check_dedicated(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not math.isfinite(value) or value <= 0:
-        raise SpecError(f"dedicated[{name!r}]", f"{value!r} is not a positive number of seconds",
-                        "give the job's mean iteration time alone on the link "
-                        "(metrics.dedicated_means of its dedicated trace)")
-    return float(value)
+    fix = ("give the job's mean iteration time alone on the link "
+           "(metrics.dedicated_means of its dedicated trace)")
+    seconds = validate.finite(value, f"dedicated[{name!r}]", fix)
+    if seconds <= 0:
+        raise SpecError(f"dedicated[{name!r}]", f"{value!r} is not a positive number of "
+                        "seconds", fix)
+    return seconds
 
 
 def ratio_to_dedicated(job: JobTrace, dedicated_mean: float,

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mltcp.core import validate
 from mltcp.core.errors import SpecError
 from mltcp.lab import backends, schedule
 from mltcp.lab.backends.base import Backend, Progress
@@ -57,9 +58,8 @@ def plan_runs(scenario: Scenario, seeds: Sequence[int], dedicated: bool,
 def backend_for(name: str, parallel: int = 1,
                 options: Mapping[str, Any] | None = None) -> Backend:
     """The registry's backend ``name``, checked for this host and for ``parallel``."""
-    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
-        raise SpecError("parallel", f"{parallel!r} is not a positive integer",
-                        "give the number of runs to execute at once, e.g. --parallel 2")
+    validate.at_least(parallel, "parallel", 1,
+                      "give the number of runs to execute at once, e.g. --parallel 2")
     backend = backends.get(name, **dict(options or {}))
     if parallel > 1 and not backend.capabilities.parallel:
         raise SpecError("parallel", f"the {name} backend runs one run at a time",

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import re
 import tomllib
 from collections.abc import Iterable, Iterator, Mapping
@@ -323,13 +322,10 @@ class ScenarioJob:
 
     def comm_ms(self, goodput_bps: float) -> float:
         """Time for one worker's communication alone on a link with this goodput."""
-        if isinstance(goodput_bps, bool) or not isinstance(goodput_bps, int | float) or not (
-            math.isfinite(goodput_bps) and goodput_bps > 0
-        ):
-            raise SpecError(
-                "goodput_bps", f"must be a positive number (got {goodput_bps!r})",
-                "pass the goodput in bit/s, e.g. 957e6 for a 1 Gbit/s link",
-            )
+        fix = "pass the goodput in bit/s, e.g. 957e6 for a 1 Gbit/s link"
+        if validate.finite(goodput_bps, "goodput_bps", fix) <= 0:
+            raise SpecError("goodput_bps", f"must be a positive number (got {goodput_bps!r})",
+                            fix)
         return self.comm_bytes_per_worker() * 8 / goodput_bps * 1000
 
     def to_dict(self) -> dict[str, Any]:
@@ -755,10 +751,8 @@ def _parse_scheme(raw: object, index: int) -> Scheme:
     if cc not in CC_NAMES:
         raise SpecError(t.at("cc"), f"unknown congestion control {cc!r}",
                         f"use one of: {', '.join(CC_NAMES)}")
-    mltcp = t.get("mltcp", "mltcp = true (MLTCP) or mltcp = false (the standard algorithm)")
-    if not isinstance(mltcp, bool):
-        raise SpecError(t.at("mltcp"), f"must be true or false (got {mltcp!r})",
-                        "use mltcp = true (MLTCP) or mltcp = false (the standard algorithm)")
+    example = "mltcp = true (MLTCP) or mltcp = false (the standard algorithm)"
+    mltcp = validate.flag(t.get("mltcp", example), t.at("mltcp"), example)
     schedule = t.get("schedule", "", "none")
     if schedule not in SCHEDULES:
         raise SpecError(t.at("schedule"), f"unknown schedule {schedule!r}",

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import platform
 import socket
 import subprocess
@@ -41,6 +40,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 import mltcp
+from mltcp.core import validate
 from mltcp.core.errors import SpecError
 
 T = TypeVar("T")
@@ -64,19 +64,11 @@ def _within(prefix: str) -> Iterator[None]:
 
 
 def _number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SpecError(name, f"{value!r} is not a number", "give a number of seconds/bits")
-    if not math.isfinite(value):
-        raise SpecError(name, f"{value!r} is not finite", "give a finite number")
-    return float(value)
+    return validate.finite(value, name, "give a finite number of seconds/bits")
 
 
 def _count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(name, f"{value!r} is not an integer", "give a whole number")
-    if value < 0:
-        raise SpecError(name, f"{value} is negative", "give a count >= 0")
-    return value
+    return validate.at_least(value, name, 0, "give a count >= 0")
 
 
 def _text(name: str, value: Any) -> str:
@@ -481,7 +473,7 @@ class Trace:
     def __post_init__(self) -> None:
         for name in ("scenario", "scheme", "backend"):
             _text(name, getattr(self, name))
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+        if not validate.is_integer(self.seed):
             raise SpecError("seed", f"{self.seed!r} is not an integer", "give the run's seed")
         jobs = _records("jobs", self.jobs, JobTrace, "name", "job")
         if not jobs:

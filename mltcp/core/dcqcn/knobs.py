@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from mltcp.core import validate
 from mltcp.core.errors import SpecError
 
 U32_MAX = (1 << 32) - 1
@@ -89,7 +90,7 @@ class Knob:
 
     def check(self, value: object) -> int:
         """Return ``value`` if it is an integer in range, else a SpecError naming the knob."""
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not validate.is_integer(value):
             raise SpecError(self.name, f"must be an integer (got {value!r})",
                             f"use a whole number in {self.range_text} {self.unit}")
         if not self.min <= value <= self.max:

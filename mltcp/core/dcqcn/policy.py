@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from mltcp.core import validate
 from mltcp.core.aggressiveness import Aggressiveness
 from mltcp.core.dcqcn.knobs import KNOB_BY_NAME, Scaling
 from mltcp.core.errors import SpecError
@@ -109,11 +110,7 @@ class DcqcnPolicy:
             raise SpecError("mode", f"unknown mode {self.mode!r}",
                             "use timer (divide rpg_time_reset and rpg_byte_reset by F) "
                             "or rates (scale rpg_ai_rate/rpg_hai_rate by F)") from None
-        step = self.f_step
-        if isinstance(step, bool) or not isinstance(step, int | float) \
-                or not 1 / 1024 <= step <= 1:
-            raise SpecError("f_step", f"must be in [1/1024, 1] (got {step!r})",
-                            "use e.g. --f-step 0.125")
+        validate.number(self.f_step, "f_step", 1 / 1024, 1, fix="use e.g. --f-step 0.125")
 
     @property
     def knobs(self) -> tuple[str, ...]:

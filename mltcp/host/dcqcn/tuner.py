@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from mltcp.core import validate
 from mltcp.core.aggressiveness import FP_ONE
 from mltcp.core.dcqcn.knobs import KNOB_BY_NAME, knob
 from mltcp.core.dcqcn.policy import DEFAULT_POLL_NS, DcqcnPolicy
@@ -70,15 +71,12 @@ class TunerConfig:
     restore_foreign: bool = False
 
     def __post_init__(self) -> None:
-        if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget <= 0:
-            raise SpecError("budget", f"must be a positive number of bytes (got {self.budget!r})",
-                            "give the bytes this host sends per iteration, e.g. --budget 150MB")
-        if isinstance(self.poll_ns, bool) or not isinstance(self.poll_ns, int) \
-                or self.poll_ns <= 0:
+        validate.at_least(self.budget, "budget", 1,
+                          "give the bytes this host sends per iteration, e.g. --budget 150MB")
+        if not validate.is_integer(self.poll_ns) or self.poll_ns <= 0:
             raise SpecError("poll_ms", f"must be > 0 (got {self.poll_ns / 1e6:g} ms)",
                             "use e.g. --poll-ms 2")
-        if isinstance(self.gap_ns, bool) or not isinstance(self.gap_ns, int) \
-                or self.gap_ns < 2 * self.poll_ns:
+        if not validate.is_integer(self.gap_ns) or self.gap_ns < 2 * self.poll_ns:
             raise SpecError("gap_ms", f"must be at least two polls ({2 * self.poll_ns / 1e6:g} "
                             f"ms; got {self.gap_ns / 1e6:g} ms): polling blurs silences by one "
                             "poll", "raise --gap-ms or lower --poll-ms")

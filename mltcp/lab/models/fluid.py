@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mltcp.core import validate
 from mltcp.core.aggressiveness import f_array
 from mltcp.core.errors import SpecError
 from mltcp.lab.models.jobphases import JobPhases
@@ -79,13 +80,10 @@ class FluidOptions:
     max_steps: int = 10_000_000
 
     def __post_init__(self) -> None:
-        if isinstance(self.f_steps, bool) or not isinstance(self.f_steps, int) \
-                or not 0 <= self.f_steps <= 1_000_000:
-            raise SpecError("f_steps", f"{self.f_steps!r} is not an integer in 0..1000000",
-                            "use 0 (F frozen between phase events) or e.g. 32")
-        if not (isinstance(self.sample_s, int | float) and 1e-6 <= self.sample_s <= 60):
-            raise SpecError("sample_s", f"{self.sample_s!r} is not in 1e-6..60 s",
-                            "use e.g. 0.01 (10 ms samples)")
+        validate.integer(self.f_steps, "f_steps", 0, 1_000_000,
+                         "0 (F frozen between phase events) or 32")
+        validate.number(self.sample_s, "sample_s", 1e-6, 60, "0.01 (10 ms samples)")
+        validate.at_least(self.max_steps, "max_steps", 1, "use e.g. 10000000")
 
 
 # --------------------------------------------------------------------------- batch

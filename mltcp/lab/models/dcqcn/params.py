@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mltcp.core import validate
 from mltcp.core.dcqcn.knobs import KNOB_BY_NAME
 from mltcp.core.dcqcn.policy import DcqcnPolicy
 from mltcp.core.errors import SpecError
@@ -70,10 +71,7 @@ def mlx5_defaults() -> dict[str, int]:
 
 
 def _positive(name: str, value: object, lo: float, hi: float, fix: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) \
-            or not math.isfinite(value) or not lo <= value <= hi:
-        raise SpecError(name, f"{value!r} is not a number in {lo:g}..{hi:g}", fix)
-    return float(value)
+    return validate.number(value, name, lo, hi, fix=fix)
 
 
 @dataclass(frozen=True)
@@ -166,7 +164,7 @@ class ModelParams:
         if self.feedback_delay_s is not None:
             _positive("feedback_delay_s", self.feedback_delay_s, 0.0, 0.01,
                       "use e.g. 30e-6, or None for the path's round trip")
-        if isinstance(self.mtu_bytes, bool) or not isinstance(self.mtu_bytes, int) \
+        if not validate.is_integer(self.mtu_bytes) \
                 or self.mtu_bytes not in (256, 512, 1024, 2048, 4096):
             raise SpecError("mtu_bytes", f"{self.mtu_bytes!r} is not an RDMA MTU",
                             "use 256, 512, 1024, 2048 or 4096")
@@ -216,7 +214,7 @@ def _check_knob(name: object, value: object) -> int:
         raise SpecError(f"knobs.{name}", why,
                         f"use one of: {', '.join(MODEL_KNOBS)} (see `mltcp dcqcn knobs`)")
     k = KNOB_BY_NAME[name]
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not validate.is_integer(value):
         raise SpecError(f"knobs.{name}", f"must be an integer (got {value!r})",
                         f"use a whole number in {k.range_text} {k.unit}")
     if not k.min <= value <= k.max:
@@ -237,9 +235,9 @@ class ScaledKnobs:
     SCALED = ("rpg_ai_rate", "rpg_hai_rate", "rpg_time_reset", "rpg_byte_reset")
 
     def __init__(self, policy: DcqcnPolicy, baseline: Mapping[str, int], f_max: float) -> None:
-        if not math.isfinite(f_max) or f_max <= 0:
-            raise SpecError("f_max", f"{f_max!r} is not a positive number",
-                            "pass the largest F the aggressiveness can give")
+        fix = "pass the largest F the aggressiveness can give"
+        if validate.finite(f_max, "f_max", fix) <= 0:
+            raise SpecError("f_max", f"{f_max!r} is not a positive number", fix)
         self.policy = policy
         self.baseline = {n: int(baseline[n]) for n in self.SCALED}
         top = max(1, math.floor(f_max / policy.f_step + 0.5)) + 1

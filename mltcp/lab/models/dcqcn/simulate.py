@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mltcp.core import validate
 from mltcp.core.aggressiveness import FP_ONE, Aggressiveness, f_fixed
 from mltcp.core.dcqcn.policy import DEFAULT_F_STEP, DEFAULT_POLL_NS, DcqcnPolicy, Mode
 from mltcp.core.errors import SpecError
@@ -87,13 +88,8 @@ class DcqcnOptions:
         object.__setattr__(self, "mode", policy.mode)
         for name, lo, hi, fix in (("poll_s", 1e-5, 1.0, "use e.g. 0.002 (the tuner's 2 ms)"),
                                   ("sample_s", 1e-4, 60.0, "use e.g. 0.01 (10 ms samples)")):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi:
-                raise SpecError(name, f"{v!r} is not in {lo:g}..{hi:g} s", fix)
-        if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) \
-                or self.max_steps < 1:
-            raise SpecError("max_steps", f"{self.max_steps!r} is not a positive integer",
-                            "use e.g. 100000000")
+            validate.number(getattr(self, name), name, lo, hi, fix=fix)
+        validate.at_least(self.max_steps, "max_steps", 1, "use e.g. 100000000")
 
     def to_dict(self) -> dict:
         return {"rate_control": "DCQCN (mltcp.lab.models.dcqcn.model)", **self.params.to_dict(),

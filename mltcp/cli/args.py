@@ -1,0 +1,52 @@
+"""Argument types for the command line, built on :mod:`mltcp.core.validate`.
+
+argparse calls a ``type=`` callable on the flag's text; these parse it and then check it
+with the same functions the spec, the sweeps and the library use, so ``--parallel 0``,
+``--watch -1`` or ``--duration-s nan`` are refused by the rule that field has everywhere,
+and the refusal (an ``ArgumentTypeError``) becomes argparse's "argument --flag: ..." line,
+which :class:`mltcp.cli.Parser` prints as one line (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from mltcp.core import validate
+from mltcp.core.errors import SpecError
+
+
+def _typed(parse: Callable[[str], Any], check: Callable[[Any], Any],
+           what: str) -> Callable[[str], Any]:
+    def convert(text: str) -> Any:
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        try:
+            return check(value)
+        except SpecError as err:
+            raise argparse.ArgumentTypeError(f"{err.problem}; {err.fix}") from None
+    convert.__name__ = what          # argparse names the type in some messages
+    return convert
+
+
+def number(lo: float, hi: float, example: str, *, lo_open: bool = False
+           ) -> Callable[[str], float]:
+    """A finite number in [lo, hi] (or (lo, hi])."""
+    return _typed(float, lambda v: validate.number(v, "", lo, hi, example, lo_open=lo_open),
+                  "a number")
+
+
+def finite() -> Callable[[str], float]:
+    """Any finite number (the library checks the range, with the field's own advice)."""
+    return _typed(float, lambda v: validate.finite(v, "", "give a finite number"), "a number")
+
+
+def integer(lo: int, hi: int, example: str) -> Callable[[str], int]:
+    return _typed(int, lambda v: validate.integer(v, "", lo, hi, example), "an integer")
+
+
+def port(example: str = "5201") -> Callable[[str], int]:
+    return _typed(int, lambda v: validate.port(v, "", example), "a port number")
