@@ -84,3 +84,25 @@ def test_dask_sweep_writes_table_summary_and_plots(tmp_path) -> None:
         assert (tmp_path / name).stat().st_size > 1000
     csv = sweep.write(spec, rows, tmp_path / "csv", "csv")
     assert len(pd.read_csv(csv)) == 12
+
+
+@pytest.mark.parametrize(("params", "field"), [
+    (["compute_ms=nan"], "param.compute_ms"),
+    (["load=inf"], "param.load"),
+    (["intercept=0"], "param.intercept"),
+    (["slope=1", "cap=0.5"], "schemes[0].cap"),              # cap below the intercept of 1
+    (["compute_ms=40"], "jobs[0].compute_ms"),               # model-parallel jobs have phases
+])
+def test_every_point_is_validated_as_a_scenario_before_any_run(params: list[str],
+                                                               field: str) -> None:
+    scenario = "model-parallel" if field.startswith("jobs") else "compatible-pair"
+    with pytest.raises(SpecError) as err:
+        sweep.make_spec(scenario, params)
+    assert err.value.field == field and "\n" not in str(err.value)
+    if not field.startswith("param"):
+        assert "sweep point" in err.value.problem      # which point of the grid
+
+
+def test_a_sweep_refuses_the_backend_that_drives_this_hosts_kernel() -> None:
+    with pytest.raises(SpecError, match="^backend: .*one run at a time"):
+        sweep.make_spec("compatible-pair", ["slope=1"], backend="netns")
