@@ -81,8 +81,8 @@ def register(sub: Any) -> None:
                                      "kernel (--live: a close-up of one MLTCP run)")
     dm.add_argument("--out", default="mltcp-demo", help="output directory (default: %(default)s)")
     dm.add_argument("--seeds", default="0-3",
-                    help="seeds to compare, e.g. 0-4 or 0,3 (default: %(default)s; about a "
-                         "minute each); --live: the first")
+                    help="seeds to compare, e.g. 0-7 or 0,3 (default: %(default)s; about "
+                         "35 s each on 2 cores); --live: the first")
     dm.add_argument("--live", action="store_true",
                     help="instead: one MLTCP run watched live (per worker and iteration: "
                          "bytes_ratio, F, cwnd)")

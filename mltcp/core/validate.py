@@ -164,11 +164,6 @@ def port(value: object, field: str, example: str = "5201") -> int:
     return integer(value, field, 1, 65535, example)
 
 
-def as_cli(field: str) -> str:
-    """``gap_ms`` -> ``--gap-ms``: how a field is spelt as a flag, for fixes."""
-    return "--" + field.replace("_", "-")
-
-
 def seeds(text: str, field: str = "seeds") -> tuple[int, ...]:
     """``"0-4"`` or ``"0,3,7"`` -> seeds (duplicates dropped, order kept)."""
     out: list[int] = []

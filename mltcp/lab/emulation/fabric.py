@@ -42,7 +42,7 @@ from mltcp.core.errors import SpecError
 from mltcp.host.namespaces import netns_path, nsenter_argv
 from mltcp.lab.emulation import netns
 from mltcp.lab.emulation.traffic import Endpoint
-from mltcp.lab.graph import LinkSpec, NetworkGraph, dumbbell_graph, leaf_spine_graph
+from mltcp.lab.graph import LinkSpec, NetworkGraph, dumbbell_graph, graph_for, leaf_spine_graph
 from mltcp.lab.scenario import ETHERNET_HEADER_BYTES, Topology
 
 HTB_BURST_BYTES = 500_000
@@ -265,8 +265,6 @@ class Fabric:
 def for_topology(topology: Topology, prefix: str | None = None,
                  graph: NetworkGraph | None = None) -> Fabric:
     """A scenario topology's fabric (``graph``: the plan's, when the caller has it)."""
-    from mltcp.lab.graph import graph_for
-
     return Fabric(graph or graph_for(topology), prefix=prefix,
                   gso_max_segs=topology.gso_max_segs, rto_min_ms=topology.rto_min_ms,
                   mtu_bytes=topology.mtu_bytes)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from mltcp.core.aggressiveness import MAX_CAP, MAX_INTERCEPT, MAX_SLOPE, MIN_INTERCEPT
+from mltcp.core.errors import MltcpError
 from mltcp.lab.graph import LinkSpec, NetworkGraph, directed_id
 from mltcp.lab.plan import JobPlan, RunPlan
 from mltcp.lab.scenario import Scheme
@@ -195,10 +196,13 @@ class Wiring:
 
     def finish(self) -> Network:
         ns, graph = self.ns, self.plan.graph
-        built = sorted(lk.spec.id for lk in self.links)
-        if built != sorted(lk.id for lk in graph.links) or set(self.nodes) != {
-                *graph.hosts, *graph.switches}:
-            raise ValueError("the program must build exactly the plan's nodes and links")
+        built, wanted = [lk.spec.id for lk in self.links], [lk.id for lk in graph.links]
+        nodes = {*graph.hosts, *graph.switches}
+        if sorted(built) != sorted(wanted) or set(self.nodes) != nodes:
+            raise MltcpError(
+                "the scenario program must build exactly the plan's network: missing "
+                f"{sorted(set(wanted) - set(built)) + sorted(nodes - set(self.nodes))}, extra "
+                f"{sorted(set(built) - set(wanted)) + sorted(set(self.nodes) - nodes)}")
         stack = ns.InternetStackHelper()
         for node in self.nodes.values():
             stack.Install(node)
