@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from mltcp.core.errors import SpecError
-from mltcp.lab.scenario import Topology
+from mltcp.lab.scenario import Topology, named
 
 
 @dataclass(frozen=True)
@@ -67,11 +67,7 @@ class NetworkGraph:
 
     def link(self, link_id: str) -> LinkSpec:
         """The link called ``link_id``."""
-        for link in self.links:
-            if link.id == link_id:
-                return link
-        raise SpecError("link", f"no link {link_id!r}",
-                        f"use one of: {', '.join(lk.id for lk in self.links)}")
+        return named(self.links, link_id, "link", "link", attr="id")
 
     def neighbours(self, node: str) -> list[tuple[str, LinkSpec]]:
         """(peer, link) for every link of ``node``, in link order."""

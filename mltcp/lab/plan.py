@@ -26,7 +26,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mltcp.core.errors import SpecError
 from mltcp.lab.graph import (
     LinkSpec,
     NetworkGraph,
@@ -35,7 +34,7 @@ from mltcp.lab.graph import (
     ring_flow_path,
     ring_link_ids,
 )
-from mltcp.lab.scenario import Scenario, ScenarioJob, Scheme, Topology, parse_scenario
+from mltcp.lab.scenario import Scenario, ScenarioJob, Scheme, Topology, named, parse_scenario
 
 DCTCP_DEFAULT_ECN_BYTES = 30_000
 TIE_BREAK_MS = 1.0
@@ -132,11 +131,7 @@ class RunPlan:
                     for j in self.active_jobs), default=0.0)
 
     def job(self, name: str) -> JobPlan:
-        for j in self.jobs:
-            if j.name == name:
-                return j
-        raise SpecError("job", f"no job {name!r} in this plan",
-                        f"use one of: {', '.join(j.name for j in self.jobs)}")
+        return named(self.jobs, name, "job", "job")
 
     def trace_params(self) -> dict[str, Any]:
         """What a trace records of how it was run: the scheme, the job run alone, and

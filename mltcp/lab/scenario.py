@@ -19,7 +19,7 @@ import dataclasses
 import difflib
 import re
 import tomllib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -396,15 +396,17 @@ class Scheme:
 DEDICATED = Scheme(name="dedicated", cc="cubic", mltcp=False)
 
 
-_Named = TypeVar("_Named", ScenarioJob, Scheme)
+_Named = TypeVar("_Named")
 
 
-def _named(items: tuple[_Named, ...], name: str, field: str, what: str) -> _Named:
-    """The entry called ``name``; an unknown name is an error that lists the known ones."""
+def named(items: Sequence[_Named], name: str, field: str, what: str,
+          attr: str = "name") -> _Named:
+    """The entry whose ``attr`` is ``name``; an unknown name is an error that lists the
+    known ones (jobs and schemes here; a plan's jobs, a graph's links)."""
     for item in items:
-        if item.name == name:
+        if getattr(item, attr) == name:
             return item
-    names = ", ".join(x.name for x in items)
+    names = ", ".join(getattr(x, attr) for x in items)
     raise SpecError(field, f"unknown {what} {name!r}", f"use one of: {names}")
 
 
@@ -420,10 +422,10 @@ class Scenario:
     schemes: tuple[Scheme, ...]
 
     def job(self, name: str) -> ScenarioJob:
-        return _named(self.jobs, name, "jobs", "job")
+        return named(self.jobs, name, "jobs", "job")
 
     def scheme(self, name: str) -> Scheme:
-        return _named(self.schemes, name, "schemes", "scheme")
+        return named(self.schemes, name, "schemes", "scheme")
 
     def with_schemes(self, names: Iterable[str]) -> Scenario:
         """A copy that runs only the named schemes (kept in the scenario's order)."""

@@ -51,10 +51,11 @@ from mltcp.core.errors import SpecError
 from mltcp.lab.models.jobphases import JobPhases
 from mltcp.lab.models.lanes import (
     Batch,
+    Structure,
     build_batch,
     link_rates_bps,
+    run_grouped,
     sample_intervals,
-    structure,
     structure_key,
 )
 from mltcp.lab.plan import RunPlan
@@ -355,15 +356,9 @@ def run_many(plans: Sequence[RunPlan], options: FluidOptions | None = None,
              progress: Callable[[float], None] | None = None) -> list[Trace]:
     """Traces of ``plans`` in their order; plans of one structure advance as lanes of
     one batch (one numpy step moves all of them), so N seeds cost about one run."""
-    structs = [structure(plan) for plan in plans]
-    groups: dict[tuple, list[int]] = {}
-    for i, plan in enumerate(plans):
-        groups.setdefault(structure_key(plan, structs[i]), []).append(i)
-    out: list[Trace | None] = [None] * len(plans)
-    for indices in groups.values():
-        group = [plans[i] for i in indices]
-        batch, _ = build_batch(group, [structs[i] for i in indices])
+    def run_group(group: list[RunPlan], structs: list[Structure]) -> list[Trace]:
+        batch, _ = build_batch(group, structs)
         result = simulate(batch, options, record_links=record_links, progress=progress)
-        for i, trace in zip(indices, to_traces(group, batch, result, options), strict=True):
-            out[i] = trace
-    return [t for t in out if t is not None]
+        return to_traces(group, batch, result, options)
+
+    return run_grouped(plans, structure_key, run_group)

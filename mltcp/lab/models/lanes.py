@@ -10,8 +10,9 @@ parameters).  Everything here is read off the plans; nothing is resolved again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -19,6 +20,8 @@ from mltcp.core.errors import SpecError
 from mltcp.lab.graph import directed_id
 from mltcp.lab.plan import RunPlan
 from mltcp.lab.scenario import JobPhase
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -166,6 +169,21 @@ def build_batch(plans: Sequence[RunPlan], structs: Sequence[Structure] | None = 
         cap=np.array([a.cap if a.cap is not None else np.inf for a in aggs], dtype=float),
         iterations=iterations, start=start, jitter=jitter)
     return batch, structs
+
+
+def run_grouped(plans: Sequence[RunPlan], key: Callable[[RunPlan, Structure], Hashable],
+                run_group: Callable[[list[RunPlan], list[Structure]], list[T]]) -> list[T]:
+    """``run_group``'s results for ``plans``, in their order: plans with equal ``key``
+    (of the plan and its structure) go to ``run_group`` together, as lanes of one batch."""
+    structs = [structure(plan) for plan in plans]
+    groups: dict[Hashable, list[int]] = {}
+    for i, plan in enumerate(plans):
+        groups.setdefault(key(plan, structs[i]), []).append(i)
+    out: dict[int, T] = {}
+    for indices in groups.values():
+        results = run_group([plans[i] for i in indices], [structs[i] for i in indices])
+        out.update(zip(indices, results, strict=True))
+    return [out[i] for i in range(len(plans))]
 
 
 def sample_intervals(times: np.ndarray, cum: np.ndarray,

@@ -51,8 +51,8 @@ from mltcp.lab.models.lanes import (
     Structure,
     build_batch,
     link_rates_bps,
+    run_grouped,
     sample_intervals,
-    structure,
 )
 from mltcp.lab.plan import RunPlan
 from mltcp.lab.scenario import Scheme
@@ -443,14 +443,9 @@ def run_many(plans: Sequence[RunPlan], options: DcqcnOptions | None = None,
     """Traces of ``plans`` in their order; plans that share jobs, links and paths advance
     as lanes of one model (one numpy step moves all of them)."""
     opt = options or DcqcnOptions()
-    structs = [structure(p) for p in plans]
-    groups: dict[tuple, list[int]] = {}
-    for i, plan in enumerate(plans):
-        groups.setdefault(_group_key(plan, structs[i]), []).append(i)
-    out: list[Trace | None] = [None] * len(plans)
-    for indices in groups.values():
-        lay = _layout([plans[i] for i in indices], [structs[i] for i in indices])
-        rec = _Jobs(lay, opt).run(progress)
-        for i, trace in zip(indices, _traces(lay, rec, opt), strict=True):
-            out[i] = trace
-    return [t for t in out if t is not None]
+
+    def run_group(group: list[RunPlan], structs: list[Structure]) -> list[Trace]:
+        lay = _layout(group, structs)
+        return _traces(lay, _Jobs(lay, opt).run(progress), opt)
+
+    return run_grouped(plans, _group_key, run_group)
