@@ -143,6 +143,53 @@ def test_namespaces_and_processes_gone_after_close():
     assert sleeper.poll() is not None
 
 
+def test_close_deletes_a_namespace_whose_file_is_mounted_twice():
+    """A stacked mount (a second `ip netns add`, a mount propagated from a peer) makes one
+    `ip netns del` fail with EBUSY; close tries again instead of leaving it behind."""
+    f = fabric.dumbbell(2, 100, 50, prefix=f"{OUR_PREFIX}stack")
+    path = f"/run/netns/{f.ns('h2')}"
+    subprocess.run(["mount", "--bind", path, path], check=True)
+    f.close()
+    assert not set(f.namespaces) & set(list_netns())
+
+
+def _refuse_to_delete(monkeypatch, ns: str) -> None:
+    """Make every `ip netns del` of ``ns`` fail as the kernel would on a busy mount."""
+    real = netns.run_cmd
+
+    def run_cmd(argv, **kw):
+        if list(argv) == ["ip", "netns", "del", ns]:
+            raise netns.NetnsError(f'Cannot remove namespace file "/run/netns/{ns}": '
+                                   "Device or resource busy")
+        return real(argv, **kw)
+
+    monkeypatch.setattr(netns, "run_cmd", run_cmd)
+
+
+def test_close_says_which_namespace_it_could_not_delete(monkeypatch):
+    f = fabric.dumbbell(2, 100, 50, prefix=f"{OUR_PREFIX}stuck")
+    stuck = f.ns("h2")
+    _refuse_to_delete(monkeypatch, stuck)
+    try:
+        with pytest.raises(netns.NetnsError, match=f"{stuck}.*busy.*mltcp testbed clean"):
+            f.close()
+        assert [ns for ns in list_netns() if ns.startswith(f.tag)] == [stuck]
+    finally:
+        monkeypatch.undo()
+        netns.cleanup_leftovers(f.tag)
+    assert stuck not in list_netns()
+
+
+def test_a_namespace_left_behind_does_not_hide_the_error_that_ended_the_body(monkeypatch):
+    with pytest.raises(RuntimeError, match="boom") as info, \
+            fabric.dumbbell(2, 100, 50, prefix=f"{OUR_PREFIX}body") as f:
+        _refuse_to_delete(monkeypatch, f.ns("h1"))
+        raise RuntimeError("boom")
+    monkeypatch.undo()
+    netns.cleanup_leftovers(f.tag)
+    assert any("left behind" in note for note in getattr(info.value, "__notes__", []))
+
+
 def test_fabric_is_removed_after_an_error_inside():
     with pytest.raises(RuntimeError), fabric.dumbbell(2, 100, 50) as f:
         ns = f.ns("h1")

@@ -31,7 +31,6 @@ clean`` finds leftovers of killed runs.
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import threading
 from collections.abc import Sequence
@@ -94,8 +93,11 @@ class Fabric:
         netns.track(self)
         try:
             self._build()
-        except BaseException:
-            self.close()
+        except BaseException as exc:
+            try:
+                self.close()
+            except netns.NetnsError as left:
+                exc.add_note(str(left))
             raise
 
     # ---------------------------------------------------------------- naming
@@ -246,16 +248,28 @@ class Fabric:
             self._built.closed = True
         for proc in self._built.procs:
             netns.stop_process(proc)
+        left: list[str] = []
         for ns in reversed(self._built.namespaces):
-            with contextlib.suppress(Exception):
+            try:
                 netns.delete_netns(ns)
+            except netns.NetnsError as exc:
+                left.append(str(exc))
         netns.untrack(self)
+        if left:  # said aloud: a namespace left behind breaks the next fabric of this name
+            raise netns.NetnsError(f"{len(left)} namespace(s) of {self.tag} were left "
+                                   f"behind ({'; '.join(left)}): remove them with "
+                                   "`mltcp testbed clean`")
 
     def __enter__(self) -> Fabric:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        try:
+            self.close()
+        except netns.NetnsError as left:
+            if exc is None:
+                raise
+            exc.add_note(str(left))  # the error that ended the body stays the one reported
 
     def __repr__(self) -> str:
         return (f"Fabric(tag={self.tag!r}, hosts={len(self.hosts)}, "

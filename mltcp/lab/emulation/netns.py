@@ -41,6 +41,7 @@ PROJECT_PREFIX = "mltcp-"
 ROOT_REQUIRED = "network namespaces need root (CAP_SYS_ADMIN/CAP_NET_ADMIN): run as root"
 _RUN_TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,40}$")
 _KILL_GRACE_S = 1.0
+_DELETE_ATTEMPTS = 4
 
 
 class NetnsError(MltcpError):
@@ -143,11 +144,23 @@ def _kill_netns_processes(ns: str) -> None:
             time.sleep(0.01)
 
 
-def delete_netns(ns: str) -> None:
-    """Kill what runs in ``ns``, then delete it (a process inside would keep it alive)."""
-    _kill_netns_processes(ns)
-    if ns in list_netns():
-        run_cmd(["ip", "netns", "del", ns])
+def delete_netns(ns: str, attempts: int = _DELETE_ATTEMPTS) -> None:
+    """Kill what runs in ``ns``, then delete it (a process inside would keep it alive).
+
+    ``ip netns del`` unmounts one mount of the namespace file and fails with "Device or
+    resource busy" when another is stacked on it (a second ``ip netns add`` or a mount
+    propagated from a peer mount namespace): each try removes one, so it is tried again
+    before the namespace is reported as left behind."""
+    for attempt in range(1, attempts + 1):
+        _kill_netns_processes(ns)
+        if ns not in list_netns():
+            return
+        try:
+            run_cmd(["ip", "netns", "del", ns])
+            return
+        except NetnsError:
+            if attempt == attempts:
+                raise
 
 
 def stop_process(proc: subprocess.Popen[Any]) -> None:
