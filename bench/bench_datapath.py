@@ -55,7 +55,7 @@ def git_sha() -> str:
 
 
 def run(rounds: int, duration_s: float, rate_mbit: float) -> dict:
-    we_loaded = [] if "cubic" in datapath.loaded_modules() else datapath.load(["cubic"])
+    we_loaded = datapath.load(["cubic"]).loaded
     attached = []
     results: dict[str, list[dict]] = {v: [] for v in VARIANTS}
     try:

@@ -114,24 +114,38 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_load(args: argparse.Namespace) -> int:
     from mltcp.host import datapath
 
-    for m in datapath.load(args.modules):
+    result = datapath.load(args.modules)
+    for m in result.loaded:
         print(f"loaded {datapath.cc_name(m)}")
+    for m in result.already:
+        print(f"{datapath.cc_name(m)} was loaded already")
     return 0
 
 
 def cmd_unload(args: argparse.Namespace) -> int:
     from mltcp.core.errors import SpecError
     from mltcp.host import datapath, jobs
+    from mltcp.host.state import host_lock
 
     if args.all:
-        names = jobs.Registry().read()
+        try:
+            names = list(jobs.Registry().read())
+        except jobs.RegistryError:   # --all is the way out of a damaged registry
+            names = []
         removed = datapath.unload_all()
         jobs.Registry().clear()
         print("removed " + ", ".join(removed + [f"job {n}" for n in names] or ["nothing"]))
         return 0
     if not args.modules:
         raise SpecError("modules", "none given", "name modules (reno cubic dctcp all) or --all")
-    removed = datapath.unload(args.modules)
+    with host_lock():   # no job may attach to a module between the check and the unload
+        wanted = datapath.parse_modules(args.modules)
+        users = sorted(n for n, r in jobs.Registry().read().items() if r.spec.cc in wanted)
+        if users:
+            raise SpecError("modules", f"{', '.join(datapath.cc_name(m) for m in wanted)} "
+                            f"in use by job(s) {', '.join(users)}",
+                            "detach them first (`mltcp job detach NAME`), or `mltcp unload --all`")
+        removed = datapath.unload(wanted)
     print("unloaded " + (", ".join(datapath.cc_name(m) for m in removed) or "nothing"))
     return 0
 

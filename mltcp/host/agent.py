@@ -49,6 +49,7 @@ class Agent:
         self.interval_s = interval_s
         self.registry = registry or jobs.Registry()
         self.stop_event = threading.Event()
+        self._last_registry_error: str | None = None
         self.server: ThreadingHTTPServer | None = None
         if metrics_port is not None:
             handler = type("Handler", (_MetricsHandler,), {"registry": self.registry})
@@ -59,7 +60,16 @@ class Agent:
         return self.server.server_address[1] if self.server else None
 
     def tick(self) -> dict[str, int]:
-        learned = jobs.refresh(self.registry)
+        try:
+            learned = jobs.refresh(self.registry)
+        except jobs.RegistryError as exc:
+            # Keep the live jobs alive on their kernel configs; say why once per message.
+            renewed = jobs.keep_kernel_configs_fresh()
+            if str(exc) != self._last_registry_error:
+                log.error("%s (renewing %d kernel configs as they are)", exc, renewed)
+                self._last_registry_error = str(exc)
+            return {}
+        self._last_registry_error = None
         for name, budget in learned.items():
             log.info("job %s: learned budget %d bytes per iteration", name, budget)
         return learned

@@ -14,22 +14,38 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
+import functools
 import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from mltcp.core.errors import CapabilityError, MltcpError, SpecError
 from mltcp.host import maps, namespaces
 from mltcp.host.build import build_object
 from mltcp.host.libbpf import BPF_CGROUP_SOCK_OPS, BPF_MAP_TYPE_STRUCT_OPS, libbpf
+from mltcp.host.state import host_lock
 
 MODULES = ("reno", "cubic", "dctcp")
 AVAILABLE_CC = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 BPFFS = Path("/sys/fs/bpf")
 CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_BPF = 12, 21, 39
+_T = TypeVar("_T")
+
+
+def _under_host_lock(fn: Callable[..., _T]) -> Callable[..., _T]:
+    """Run ``fn`` holding the host's control-plane lock (:mod:`mltcp.host.state`): every
+    change to pins, registrations and maps, so concurrent commands cannot undo each other."""
+    @functools.wraps(fn)
+    def locked(*args: Any, **kwargs: Any) -> _T:
+        with host_lock():
+            return fn(*args, **kwargs)
+    return locked
 
 
 def cc_name(module: str) -> str:
@@ -163,27 +179,47 @@ def _ops_pin(module: str) -> Path:
     return maps.PIN_ROOT / "ops" / cc_name(module)
 
 
-def load(modules: Iterable[str]) -> list[str]:
-    """Register the named MLTCP modules; all or nothing."""
+@dataclass(frozen=True)
+class LoadResult:
+    """What ``load`` did: modules it registered now and those that already were."""
+
+    loaded: list[str]
+    already: list[str]
+
+
+@_under_host_lock
+def load(modules: Iterable[str]) -> LoadResult:
+    """Register the named MLTCP modules; all or nothing.  Idempotent: a module that is
+    registered and pinned by mltcp already (after an agent restart, a second
+    ``ExecStartPre``) is reported, not an error; a pin whose module is no longer
+    registered is dropped and the module registered again.  One registered *without*
+    mltcp's pin was left by something else (another pin root, a loader of another
+    build): that is refused."""
     wanted = parse_modules(modules)
     require_bpf()
-    already = [m for m in wanted if m in loaded_modules() or _ops_pin(m).exists()]
-    if already:
+    registered = set(loaded_modules())
+    foreign = [m for m in wanted if m in registered and not _ops_pin(m).exists()]
+    if foreign:
         raise MltcpError(
-            f"{', '.join(cc_name(m) for m in already)} already loaded: "
-            f"run `mltcp unload {' '.join(already)}` first"
-        )
+            f"{', '.join(cc_name(m) for m in foreign)} registered without mltcp's pin "
+            f"under {maps.PIN_ROOT}: run `mltcp unload --all`, then load again")
+    for m in wanted:
+        if m not in registered:
+            with contextlib.suppress(FileNotFoundError):
+                _ops_pin(m).unlink()  # a stale pin of an unregistered module
+    already = [m for m in wanted if m in registered]
     done: list[str] = []
     try:
         for module in wanted:
-            _register(module)
-            done.append(module)
+            if module not in already:
+                _register(module)
+                done.append(module)
     except BaseException:
         for module in reversed(done):
             _unregister(module)
         remove_unused_pins()
         raise
-    return done
+    return LoadResult(loaded=done, already=already)
 
 
 def _register(module: str) -> None:
@@ -229,6 +265,11 @@ def _unregister(module: str) -> bool:
             continue
         try:
             removed |= lib.map_delete(fd, zero)
+        except OSError as exc:
+            # EINPROGRESS: this registration is already being torn down (an earlier
+            # unregister of it waits for its RCU grace period): nothing left to do.
+            if exc.errno != errno.EINPROGRESS:
+                raise
         finally:
             os.close(fd)
     with contextlib.suppress(FileNotFoundError):
@@ -236,6 +277,7 @@ def _unregister(module: str) -> bool:
     return removed
 
 
+@_under_host_lock
 def unload(modules: Iterable[str]) -> list[str]:
     """Unregister the named modules; returns those that were registered."""
     wanted = parse_modules(modules)
@@ -296,6 +338,7 @@ def _link_classifier(cgroup: Path, pin: Path) -> None:
         os.close(prog_fd)
 
 
+@_under_host_lock
 def attach_cgroup(job_id: int, cgroup: Path) -> Path:
     """Attach the classifier to a job's cgroup and bind that cgroup to the job."""
     lib = libbpf()
@@ -316,6 +359,7 @@ def attach_cgroup(job_id: int, cgroup: Path) -> Path:
     return pin
 
 
+@_under_host_lock
 def attach_root_rules() -> Path:
     """Run the classifier for every socket (root cgroup) so address/port rules select the CC."""
     pin = maps.PIN_ROOT / LINKS_DIR / "rules-root"
@@ -324,6 +368,7 @@ def attach_root_rules() -> Path:
     return pin
 
 
+@_under_host_lock
 def detach_links(prefix: str) -> int:
     """Remove pinned cgroup links whose name starts with prefix (detaches them)."""
     links = maps.PIN_ROOT / LINKS_DIR
@@ -389,6 +434,7 @@ def _marker_key(dev: str, netns: str | None) -> maps.MarkerKey:
                           netns_cookie=namespaces.netns_cookie(path))
 
 
+@_under_host_lock
 def attach_marker(dev: str, k_bytes: int, netns: str | None = None) -> maps.MarkerKey:
     """Mark CE on ECT packets leaving `dev` while its root qdisc holds more than k_bytes."""
     if not 1500 <= k_bytes <= 1 << 30:
@@ -419,18 +465,21 @@ def marker_stats(dev: str, netns: str | None = None) -> maps.Marker | None:
         return mm.get(_marker_key(dev, netns), maps.Marker)
 
 
+@_under_host_lock
 def reset_marker(dev: str, k_bytes: int, netns: str | None = None) -> None:
     """Zero a marker's counters and set a new threshold."""
     with maps.PinnedMap("mltcp_markers") as mm:
         mm.put(_marker_key(dev, netns), maps.Marker(k_bytes=k_bytes), 2)  # BPF_EXIST
 
 
+@_under_host_lock
 def detach_marker(dev: str, netns: str | None = None) -> None:
     key = _marker_key(dev, netns)
     _in_netns(netns, ["tc", "qdisc", "del", "dev", dev, "clsact"])
     forget_markers([key])
 
 
+@_under_host_lock
 def forget_markers(keys: list[maps.MarkerKey]) -> None:
     """Drop markers whose device is gone (its namespace was deleted with its tc filter)."""
     if maps.pin_path("mltcp_markers").exists():
@@ -440,6 +489,7 @@ def forget_markers(keys: list[maps.MarkerKey]) -> None:
     remove_unused_pins()
 
 
+@_under_host_lock
 def forget_stale_markers() -> list[maps.MarkerKey]:
     """Drop markers whose network namespace is gone (a killed run's fabric, deleted by
     ``mltcp testbed clean``): their devices and tc filters went with it, but their map
@@ -466,6 +516,7 @@ def _markers_in_use() -> bool:
         return bool(mm.keys(maps.MarkerKey))
 
 
+@_under_host_lock
 def remove_unused_pins(keep_maps: bool = False) -> None:
     """Drop pins nothing needs any more: marker without devices, classifier
     without links, and the shared maps once no module, link or marker is left."""
@@ -493,6 +544,7 @@ def remove_unused_pins(keep_maps: bool = False) -> None:
             root.rmdir()
 
 
+@_under_host_lock
 def unload_all() -> list[str]:
     """Remove every trace: modules, classifier links, marker, pins."""
     require_bpf()

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import fcntl
 import json
-import os
 import re
 import time
 from collections.abc import Iterator
@@ -27,8 +25,8 @@ from mltcp.core.aggressiveness import FP_ONE, MAX_BUDGET_BYTES, Aggressiveness
 from mltcp.core.budget import BudgetLearner, JobDescription
 from mltcp.core.errors import MltcpError, SpecError
 from mltcp.host import datapath, maps
+from mltcp.host.state import STATE_DIR, host_lock
 
-STATE_DIR = Path(os.environ.get("MLTCP_STATE_DIR", "/run/mltcp"))
 DEFAULT_GAP_MS = 5.0
 DEFAULT_STALE_S = 30.0
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
@@ -142,8 +140,13 @@ class JobRecord:
     links: list[str] = field(default_factory=list)
 
 
+class RegistryError(MltcpError):
+    """jobs.json cannot be read (truncated, edited by hand): the jobs' kernel configs are
+    intact, but their names, rules and links are not known any more."""
+
+
 class Registry:
-    """jobs.json under STATE_DIR, read-modify-written under an exclusive flock."""
+    """jobs.json under STATE_DIR, read-modify-written under the host lock."""
 
     def __init__(self, state_dir: Path | None = None) -> None:
         self.dir = state_dir or STATE_DIR
@@ -151,9 +154,7 @@ class Registry:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[dict[str, JobRecord]]:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.dir / "jobs.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with host_lock(self.dir):
             jobs = self._read()
             before = json.dumps(self._dump(jobs), sort_keys=True)
             yield jobs
@@ -169,15 +170,22 @@ class Registry:
     def _read(self) -> dict[str, JobRecord]:
         if not self.path.exists():
             return {}
-        raw = json.loads(self.path.read_text())
-        if raw.get("datapath") != maps.pinned_map_id("mltcp_job_cfg"):
-            # The maps these jobs were written to are gone (unload --all, reboot, manual
-            # cleanup): none of these jobs can be live any more.
-            return {}
-        return {name: JobRecord(id=r["id"], spec=JobSpec.from_json(r["spec"]),
-                                learned_budget=r.get("learned_budget", 0),
-                                links=r.get("links", []))
-                for name, r in raw["jobs"].items()}
+        try:
+            raw = json.loads(self.path.read_text())
+            if raw.get("datapath") != maps.pinned_map_id("mltcp_job_cfg"):
+                # The maps these jobs were written to are gone (unload --all, reboot,
+                # manual cleanup): none of these jobs can be live any more.
+                return {}
+            return {name: JobRecord(id=int(r["id"]), spec=JobSpec.from_json(r["spec"]),
+                                    learned_budget=int(r.get("learned_budget", 0)),
+                                    links=list(r.get("links", [])))
+                    for name, r in raw["jobs"].items()}
+        except (ValueError, TypeError, KeyError, AttributeError, MltcpError) as exc:
+            detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise RegistryError(
+                f"job registry {self.path} is unreadable ({detail}): the jobs keep their "
+                "kernel configs while the agent runs; run `mltcp unload --all` and attach "
+                "them again") from None
 
     @staticmethod
     def _dump(jobs: dict[str, JobRecord]) -> dict:
@@ -187,11 +195,9 @@ class Registry:
                          for name, r in jobs.items()}}
 
     def clear(self) -> None:
-        for name in ("jobs.json", "jobs.lock"):
-            with contextlib.suppress(FileNotFoundError):
-                (self.dir / name).unlink()
-        with contextlib.suppress(OSError):
-            self.dir.rmdir()
+        """Forget every job (the lock file stays: see :mod:`mltcp.host.state`)."""
+        with host_lock(self.dir), contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
 
 
 # -- operations ----------------------------------------------------------------------
@@ -275,8 +281,6 @@ def detach(name: str, registry: Registry | None = None) -> JobRecord:
             raise SpecError("name", f"no job named {name!r}", "see `mltcp job list`")
         _remove_from_kernel(record.id, record.spec.rules, record.links, jobs)
         del jobs[name]
-    if not registry.read():
-        registry.clear()
     return record
 
 
@@ -290,13 +294,15 @@ def detach_all(registry: Registry | None = None) -> list[str]:
 
 
 def signal(name: str, registry: Registry | None = None) -> int:
-    """Explicit end-of-iteration signal: the next ACK of the job starts a new iteration."""
+    """Explicit end-of-iteration signal: the next ACK of the job starts a new iteration.
+    Under the host lock, so the agent's refresh (which rewrites the config with the
+    sequence number it read) cannot lose it."""
     registry = registry or Registry()
-    record = registry.read().get(name)
-    if record is None:
-        raise SpecError("name", f"no job named {name!r}", "see `mltcp job list`")
-    key = ctypes.c_uint32(record.id)
-    with maps.PinnedMap("mltcp_job_cfg") as cfg_map:
+    with registry.locked() as jobs, maps.PinnedMap("mltcp_job_cfg") as cfg_map:
+        record = jobs.get(name)
+        if record is None:
+            raise SpecError("name", f"no job named {name!r}", "see `mltcp job list`")
+        key = ctypes.c_uint32(record.id)
         cfg = cfg_map.get(key, maps.JobCfg)
         if cfg is None or not cfg.flags & maps.JOB_ENABLED:
             raise MltcpError(f"job {name!r} has no live config: re-attach it")
@@ -312,6 +318,24 @@ def learn_budget(state: maps.JobState, learner: BudgetLearner | None = None) -> 
     for sample in state.history():
         learner.add(sample)
     return learner.learned()
+
+
+def keep_kernel_configs_fresh(now_ns: int | None = None) -> int:
+    """Renew every enabled job config in the kernel as it is (no registry needed): what
+    the agent does while jobs.json is unreadable, so live jobs do not go stale because
+    of a damaged file.  Returns how many configs it renewed."""
+    if not maps.pin_path("mltcp_job_cfg").exists():
+        return 0
+    renewed = 0
+    with host_lock(), maps.PinnedMap("mltcp_job_cfg") as cfg_map:
+        for job_id in range(1, maps.MAX_JOBS):
+            key = ctypes.c_uint32(job_id)
+            cfg = cfg_map.get(key, maps.JobCfg)
+            if cfg is not None and cfg.flags & maps.JOB_ENABLED:
+                cfg.refreshed_ns = time.monotonic_ns() if now_ns is None else now_ns
+                cfg_map.put(key, cfg)
+                renewed += 1
+    return renewed
 
 
 def refresh(registry: Registry | None = None, now_ns: int | None = None) -> dict[str, int]:

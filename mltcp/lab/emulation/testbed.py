@@ -111,9 +111,7 @@ def run_plan(plan: RunPlan, progress: Progress | None = None,
     module, cc = module_for(scheme)
     if module:
         datapath.require_bpf()
-    we_loaded = []
-    if module and module not in datapath.loaded_modules():
-        we_loaded = datapath.load([module])
+    we_loaded = datapath.load([module]).loaded if module else []   # unloaded at the end
     attached: list[str] = []
     markers: Markers = {}
     try:
