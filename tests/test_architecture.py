@@ -195,7 +195,7 @@ def _loaded_after(code: str) -> set[str]:
 
 HOST_COMMANDS = [["doctor", "--no-build", "--json"], ["job", "list"], ["status", "--json"],
                  ["metrics"], ["dcqcn", "knobs"], ["unload", "--help"], ["load", "--help"],
-                 ["agent", "--help"], ["job", "attach", "--help"]]
+                 ["agent", "--help"], ["job", "attach", "--help"], ["apply", "--help"]]
 
 
 @pytest.mark.parametrize("argv", HOST_COMMANDS, ids=lambda a: " ".join(a))

@@ -1,4 +1,5 @@
-"""Host commands: ``doctor``, ``load``, ``unload``, ``job``, ``status``, ``metrics``, ``agent``.
+"""Host commands: ``doctor``, ``load``, ``unload``, ``job``, ``apply``, ``status``, ``metrics``,
+``agent``.
 
 What a network engineer runs on a training host.  Only the standard library and
 :mod:`mltcp.core` are imported here; each command imports its part of
@@ -48,7 +49,14 @@ def register(sub: Any) -> None:
     ag.add_argument("--metrics-port", type=args_.port("9465"),
                     help="serve /metrics on this TCP port (1..65535)")
     ag.add_argument("--metrics-addr", default="127.0.0.1")
+    ag.add_argument("--config", metavar="FILE",
+                    help="job file to apply at start and on SIGHUP (e.g. /etc/mltcp/jobs.toml)")
     ag.set_defaults(handler=cmd_agent)
+
+    ap = sub.add_parser("apply", help="make this host match a job file (modules and jobs)")
+    ap.add_argument("file", help="the job file, e.g. /etc/mltcp/jobs.toml")
+    ap.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
+    ap.set_defaults(handler=cmd_apply)
 
 
 def _register_job(sub: Any) -> None:
@@ -151,50 +159,13 @@ def cmd_unload(args: argparse.Namespace) -> int:
 
 
 def _job_spec(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from mltcp.core.aggressiveness import preset
-    from mltcp.core.budget import JobDescription
-    from mltcp.core.errors import SpecError
-    from mltcp.core.validate import parse_bytes
-    from mltcp.host import maps
-    from mltcp.host.jobs import DEFAULT_GAP_MS, DEFAULT_STALE_S, JobSpec
+    """The flags of `mltcp job attach` as the fields a job file uses (one parser)."""
+    from mltcp.host.jobfile import spec_from_fields
 
-    given = [x for x in (args.budget, args.gradient_bytes, args.learn or None) if x is not None]
-    if len(given) != 1:
-        raise SpecError("budget", "give exactly one way to get the per-iteration budget",
-                        "use --budget BYTES, --gradient-bytes G --workers N, or --learn")
-    base = preset(args.preset) if args.preset else preset("default")
-    rules = []
-    for dst in args.dst:
-        addr, _, port = dst.rpartition(":") if dst.count(":") == 1 else (dst, "", "")
-        if not addr:
-            addr, port = port, ""
-        try:
-            rules.append(maps.Rule(address=addr.strip("[]"), port=int(port) if port else 0))
-            rules[-1].key()
-        except ValueError as exc:
-            raise SpecError("dst", f"{dst!r} is not ADDR[:PORT]", "e.g. --dst 10.0.0.2:5201") \
-                from exc
-    rules += [maps.Rule(port=p) for p in args.port]
-    rules += [maps.Rule(port=p, local=True) for p in args.local_port]
-    kw = dict(
-        name=args.name, cc=args.cc.removeprefix("mltcp_"),
-        slope=base.slope if args.slope is None else args.slope,
-        intercept=base.intercept if args.intercept is None else args.intercept,
-        cap=base.cap if args.cap is None else args.cap,
-        gap_ms=DEFAULT_GAP_MS if args.gap_ms is None else args.gap_ms,
-        stale_s=DEFAULT_STALE_S if args.stale_s is None else args.stale_s,
-        cgroup=args.cgroup, rules=tuple(rules),
-    )
-    if args.budget is not None:
-        return JobSpec(budget=parse_bytes(args.budget, "budget"), **kw)
-    if args.learn:
-        return JobSpec(learn=True, **kw)
-    if args.workers is None:
-        raise SpecError("workers", "missing", "give --workers N with --gradient-bytes")
-    desc = JobDescription(gradient_bytes=parse_bytes(args.gradient_bytes, "gradient_bytes"),
-                          workers=args.workers, collective=args.collective, role=args.role,
-                          servers=args.servers)
-    return JobSpec.from_description(desc, **kw)
+    return spec_from_fields({key: getattr(args, key, None) for key in (
+        "name", "cc", "budget", "gradient_bytes", "workers", "collective", "role", "servers",
+        "learn", "preset", "slope", "intercept", "cap", "gap_ms", "stale_s", "cgroup", "dst",
+        "port", "local_port")})
 
 
 def cmd_job(args: argparse.Namespace) -> int:
@@ -262,9 +233,21 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
+    from mltcp.host import logs
     from mltcp.host.agent import Agent
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logs.setup(logging.INFO)
     Agent(interval_s=args.interval, metrics_port=args.metrics_port,
-          metrics_addr=args.metrics_addr).run()
+          metrics_addr=args.metrics_addr, config=args.config).run()
+    return 0
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    from mltcp.host import datapath, jobfile
+
+    declared = jobfile.load_file(args.file)
+    if not args.dry_run:
+        datapath.require_bpf()
+    result = jobfile.apply(declared, dry_run=args.dry_run)
+    print(("would change: " if args.dry_run else "") + result.describe())
     return 0

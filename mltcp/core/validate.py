@@ -14,9 +14,10 @@ the kernel or ns-3 with a message that names nothing.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from decimal import Decimal
 
 from mltcp.core.errors import SpecError
@@ -177,3 +178,17 @@ def seeds(text: str, field: str = "seeds") -> tuple[int, ...]:
     if not out or min(out) < 0:
         raise SpecError(field, f"{text!r} gives no non-negative seed", "write e.g. 0-9")
     return tuple(dict.fromkeys(out))
+
+
+def known_keys(data: Mapping[str, object], path: str, allowed: Iterable[str]) -> None:
+    """Reject a key of a user's table that is not in ``allowed``, suggesting the closest.
+
+    Unknown keys are errors, not warnings: a misspelt key silently falling back to a
+    default would run something else than what was written."""
+    allowed = tuple(allowed)
+    for key in data:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise SpecError(f"{path}.{key}" if path else str(key), "unknown key",
+                            f"{hint}remove it or use one of: {', '.join(allowed)}")

@@ -2,9 +2,13 @@
 
 It keeps every job's config fresh (so the datapath's staleness fallback fires
 only when the agent is really gone), applies learned budgets, and serves the
-Prometheus metrics over HTTP.  SIGTERM/SIGINT stop it cleanly: the HTTP
-server is shut down and the configs are left to expire, which returns the
-flows to the standard algorithm after the jobs' stale timeout.
+Prometheus metrics over HTTP.  With ``--config FILE`` it first makes the host match
+that job file (:mod:`mltcp.host.jobfile`: modules loaded, declared jobs attached), so
+the jobs come back after a reboot or a crash, and applies it again on SIGHUP
+(``systemctl reload``); a file that became invalid is logged and the jobs stay as
+they are.  SIGTERM/SIGINT stop it cleanly: the HTTP server is shut down and the
+configs are left to expire, which returns the flows to the standard algorithm after
+the jobs' stale timeout.
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ import logging
 import signal
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from mltcp.core import validate
-from mltcp.host import jobs, telemetry
+from mltcp.core.errors import MltcpError
+from mltcp.host import jobfile, jobs, telemetry
 
 log = logging.getLogger("mltcp.host.agent")
 
@@ -40,7 +46,8 @@ class _MetricsHandler(BaseHTTPRequestHandler):
 
 class Agent:
     def __init__(self, interval_s: float = 1.0, metrics_port: int | None = None,
-                 metrics_addr: str = "127.0.0.1", registry: jobs.Registry | None = None) -> None:
+                 metrics_addr: str = "127.0.0.1", registry: jobs.Registry | None = None,
+                 config: str | Path | None = None) -> None:
         validate.number(interval_s, "interval", 0.05, 60,
                         fix="use 0.05 .. 60 s, well below the jobs' stale timeout")
         if metrics_port is not None:
@@ -49,6 +56,11 @@ class Agent:
         self.interval_s = interval_s
         self.registry = registry or jobs.Registry()
         self.stop_event = threading.Event()
+        self.reload_event = threading.Event()
+        self._wake = threading.Event()          # stop() or reload(): do not wait the tick out
+        self.config = Path(config) if config is not None else None
+        if self.config is not None:
+            jobfile.load_file(self.config)      # a bad file stops the start, in one line
         self._last_registry_error: str | None = None
         self.server: ThreadingHTTPServer | None = None
         if metrics_port is not None:
@@ -74,11 +86,26 @@ class Agent:
             log.info("job %s: learned budget %d bytes per iteration", name, budget)
         return learned
 
+    def apply_config(self) -> jobfile.ApplyResult | None:
+        """Make the host match the job file (at start and on SIGHUP); None without one."""
+        if self.config is None:
+            return None
+        result = jobfile.apply(jobfile.load_file(self.config), self.registry)
+        log.info("applied %s: %s", self.config, result.describe())
+        return result
+
+    def reload(self) -> None:
+        """Ask the loop to apply the job file again (what SIGHUP does)."""
+        self.reload_event.set()
+        self._wake.set()
+
     def run(self) -> None:
         """Refresh until stop() (or SIGTERM/SIGINT when run in the main thread)."""
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop())
+            signal.signal(signal.SIGHUP, lambda *_: self.reload())
+        self.apply_config()
         http_thread = None
         if self.server:
             http_thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -86,11 +113,18 @@ class Agent:
             log.info("metrics on http://%s:%d/metrics", *self.server.server_address[:2])
         try:
             while not self.stop_event.is_set():
+                if self.reload_event.is_set():
+                    self.reload_event.clear()
+                    try:
+                        self.apply_config()
+                    except MltcpError as exc:   # keep the jobs as they are
+                        log.error("reload of %s failed, jobs unchanged: %s", self.config, exc)
                 try:
                     self.tick()
                 except Exception as exc:  # keep serving; the datapath falls back safely
                     log.warning("refresh failed: %s", exc)
-                self.stop_event.wait(self.interval_s)
+                self._wake.wait(self.interval_s)
+                self._wake.clear()
         finally:
             if self.server:
                 self.server.shutdown()
@@ -101,3 +135,4 @@ class Agent:
 
     def stop(self) -> None:
         self.stop_event.set()
+        self._wake.set()

@@ -138,6 +138,7 @@ class JobRecord:
     spec: JobSpec
     learned_budget: int = 0
     links: list[str] = field(default_factory=list)
+    origin: str | None = None        # the job file that declared it; None: attached by hand
 
 
 class RegistryError(MltcpError):
@@ -178,7 +179,8 @@ class Registry:
                 return {}
             return {name: JobRecord(id=int(r["id"]), spec=JobSpec.from_json(r["spec"]),
                                     learned_budget=int(r.get("learned_budget", 0)),
-                                    links=list(r.get("links", [])))
+                                    links=list(r.get("links", [])),
+                                    origin=r.get("origin"))
                     for name, r in raw["jobs"].items()}
         except (ValueError, TypeError, KeyError, AttributeError, MltcpError) as exc:
             detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -191,7 +193,8 @@ class Registry:
     def _dump(jobs: dict[str, JobRecord]) -> dict:
         return {"datapath": maps.pinned_map_id("mltcp_job_cfg"),
                 "jobs": {name: {"id": r.id, "spec": r.spec.to_json(),
-                                "learned_budget": r.learned_budget, "links": r.links}
+                                "learned_budget": r.learned_budget, "links": r.links,
+                                "origin": r.origin}
                          for name, r in jobs.items()}}
 
     def clear(self) -> None:
@@ -210,8 +213,10 @@ def _free_id(jobs: dict[str, JobRecord]) -> int:
     raise MltcpError(f"all {maps.MAX_JOBS - 1} job slots are in use: detach a job first")
 
 
-def attach(spec: JobSpec, registry: Registry | None = None) -> JobRecord:
-    """Put a job under MLTCP: config, rules, cgroup classifier; all or nothing."""
+def attach(spec: JobSpec, registry: Registry | None = None,
+           origin: str | None = None) -> JobRecord:
+    """Put a job under MLTCP: config, rules, cgroup classifier; all or nothing.
+    ``origin``: the job file that declares it (see :mod:`mltcp.host.jobfile`)."""
     registry = registry or Registry()
     cgroup = cgroup_path(spec.cgroup) if spec.cgroup else None
     datapath.require_bpf()
@@ -221,7 +226,7 @@ def attach(spec: JobSpec, registry: Registry | None = None) -> JobRecord:
             raise MltcpError(f"job {spec.name!r} is already attached: "
                              f"`mltcp job detach {spec.name}` first")
         job_id = _free_id(jobs)
-        record = JobRecord(id=job_id, spec=spec)
+        record = JobRecord(id=job_id, spec=spec, origin=origin)
         with maps.PinnedMap("mltcp_rules") as rules_map:
             for rule in spec.rules:
                 owner = rules_map.get(rule.key(), ctypes.c_uint32)

@@ -16,7 +16,6 @@ per iteration depends on the collective (ring: 2(N-1)/N * G), see
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 import tomllib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -90,14 +89,7 @@ class _Table:
             raise SpecError(
                 path or "scenario", f"must be a table (got {type(data).__name__})", example
             )
-        for key in data:
-            if key not in allowed:
-                close = difflib.get_close_matches(str(key), allowed, n=1)
-                hint = f"did you mean {close[0]!r}? " if close else ""
-                raise SpecError(
-                    _join(path, str(key)), "unknown key",
-                    f"{hint}remove it or use one of: {', '.join(allowed)}",
-                )
+        validate.known_keys(data, path, allowed)
         self.data: Mapping[str, Any] = data
         self.path = path
 
