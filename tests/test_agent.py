@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import json
 import signal
 import socket
 import subprocess
@@ -47,8 +48,12 @@ def test_agent_keeps_configs_fresh_learns_and_serves_metrics(reno_loaded):
         assert status["learn"].budget == 5_000_000
         body = urllib.request.urlopen(f"http://127.0.0.1:{agent.metrics_port}/metrics",
                                       timeout=5).read().decode()
-        assert 'mltcp_job_budget_bytes{job="learn",cc="reno"} 5e+06' in body
-        assert 'mltcp_job_stale{job="fresh",cc="reno"} 0' in body
+        assert 'mltcp_job_budget_bytes{cc="reno",job="learn"} 5e+06' in body
+        assert 'mltcp_job_stale{cc="reno",job="fresh"} 0.0' in body
+        health = json.loads(urllib.request.urlopen(
+            f"http://127.0.0.1:{agent.metrics_port}/healthz", timeout=5).read())
+        assert health["status"] == "ok" and health["last_refresh_age_s"] < 1
+        assert health["modules"] == ["reno"] and health["error"] is None
     finally:
         agent.stop()
         thread.join(timeout=5)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 
 import pytest
 
@@ -14,7 +15,8 @@ pytestmark = pytest.mark.kernel
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["python", "-m", "mltcp.cli", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "mltcp.cli", *args], capture_output=True,
+                          text=True)
 
 
 @pytest.mark.parametrize("module", datapath.MODULES)

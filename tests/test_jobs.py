@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import os
 import subprocess
+import sys
 import time
 import uuid
 
@@ -153,7 +154,7 @@ def test_refresh_keeps_config_fresh_and_status_reports_stale(loaded):
 
 def test_cli_attach_list_status_metrics_detach(loaded):
     env = dict(os.environ)
-    run = lambda *a: subprocess.run(["python", "-m", "mltcp.cli", *a], capture_output=True,  # noqa: E731
+    run = lambda *a: subprocess.run([sys.executable, "-m", "mltcp.cli", *a], capture_output=True,  # noqa: E731
                                     text=True, env=env)
     p = run("job", "attach", "tr", "--gradient-bytes", "100MB", "--workers", "4",
             "--dst", "10.1.2.3:5555", "--cc", "reno")
@@ -166,7 +167,7 @@ def test_cli_attach_list_status_metrics_detach(loaded):
     [job] = json.loads(status.stdout)
     assert (job["name"], job["budget"], job["iteration"], job["f"]) == ("tr", 150_000_000, 0, 1.0)
     metrics = run("metrics").stdout
-    assert 'mltcp_job_budget_bytes{job="tr",cc="reno"} 1.5e+08' in metrics
+    assert 'mltcp_job_budget_bytes{cc="reno",job="tr"} 1.5e+08' in metrics
     bad = run("job", "attach", "x", "--budget", "10MB", "--learn", "--port", "1")
     assert bad.returncode == 2 and bad.stderr.startswith("mltcp: error: budget:")
     assert run("job", "detach", "tr").returncode == 0

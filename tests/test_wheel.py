@@ -1,11 +1,11 @@
 """`pip install .` as a training host gets it: a real wheel, a throw-away venv, no checkout.
 
 The wheel is built once per session (with build isolation, as pip does) and installed
-with ``--no-deps`` into a fresh virtual environment: the host part must work with the
-standard library alone.  Then, run from a directory outside the checkout with no
-PYTHONPATH: the package finds its eBPF sources inside the venv, the doctor reports the
-pre-built objects, a lab command says which extra it needs; and, on a host that can
-load eBPF, the installed ``mltcp`` loads every module, attaches a job, carries a flow
+with its dependencies into a fresh virtual environment: the host part must work with the
+standard library and prometheus_client alone.  Then, run from a directory outside the
+checkout with no PYTHONPATH: the package finds its eBPF sources inside the venv, the
+doctor reports the pre-built objects, a lab command says which extra it needs; and, on a
+host that can load eBPF, the installed ``mltcp`` loads every module, attaches a job, carries a flow
 under MLTCP with the agent running, and unloads, without ever compiling (its build
 cache stays empty: the wheel's pre-built CO-RE objects were used).
 """
@@ -55,7 +55,7 @@ def host_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     env_dir = tmp_path_factory.mktemp("venv")
     venv.EnvBuilder(with_pip=True).create(env_dir)
     proc = subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q",
-                           "--no-deps", str(wheel)], capture_output=True, text=True, timeout=300)
+                           str(wheel)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return env_dir
 
@@ -89,7 +89,8 @@ def test_the_wheel_carries_sources_objects_unit_scenarios_and_ns3_programs(wheel
     metadata = whl.read("mltcp-0.1.0.dist-info/METADATA").decode()
     hard = [line for line in metadata.splitlines()
             if line.startswith("Requires-Dist:") and "extra ==" not in line]
-    assert hard == []          # a host installs nothing beyond mltcp itself
+    # a host installs nothing beyond mltcp and the pure-Python Prometheus client
+    assert [h.split(":", 1)[1].strip() for h in hard] == ["prometheus_client>=0.17"]
     if not CAN_PREBUILD:
         pytest.skip(NO_PREBUILD)
     assert {f"{PREBUILT}/{n}.bpf.o" for n in OBJECTS} | {f"{PREBUILT}/manifest.json"} <= names
@@ -256,6 +257,8 @@ def test_load_attach_carry_a_flow_and_unload_from_the_wheel(host_venv: Path, tmp
         [status] = json.loads(run("status", "--json").stdout)
         assert status["name"] == "wheeltest" and not status["stale"]
         assert status["total_bytes"] >= nbytes and status["iteration"] >= 3   # 1 MB budget
+        metrics = run("metrics").stdout        # prometheus_client came with the wheel
+        assert 'mltcp_job_budget_bytes{cc="cubic",job="wheeltest"} 1e+06' in metrics
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True)
         agent.send_signal(signal.SIGTERM)

@@ -226,9 +226,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
-    from mltcp.host import telemetry
+    from mltcp.host import exposition
 
-    sys.stdout.write(telemetry.to_prometheus(telemetry.collect()))
+    sys.stdout.write(exposition.render())
     return 0
 
 

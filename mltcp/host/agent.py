@@ -16,32 +16,15 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
 from pathlib import Path
 
 from mltcp.core import validate
 from mltcp.core.errors import MltcpError
-from mltcp.host import jobfile, jobs, telemetry
+from mltcp.host import datapath, jobfile, jobs
+from mltcp.host.exposition import HttpEndpoint
 
 log = logging.getLogger("mltcp.host.agent")
-
-
-class _MetricsHandler(BaseHTTPRequestHandler):
-    registry: jobs.Registry
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server API
-        if self.path not in ("/metrics", "/"):
-            self.send_error(404, "try /metrics")
-            return
-        body = telemetry.to_prometheus(telemetry.collect(self.registry)).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, fmt: str, *args: object) -> None:
-        log.debug("http: " + fmt, *args)
 
 
 class Agent:
@@ -61,15 +44,24 @@ class Agent:
         self.config = Path(config) if config is not None else None
         if self.config is not None:
             jobfile.load_file(self.config)      # a bad file stops the start, in one line
-        self._last_registry_error: str | None = None
-        self.server: ThreadingHTTPServer | None = None
+        self.last_refresh: float | None = None        # monotonic time of the last success
+        self.last_error: str | None = None
+        self.http: HttpEndpoint | None = None
         if metrics_port is not None:
-            handler = type("Handler", (_MetricsHandler,), {"registry": self.registry})
-            self.server = ThreadingHTTPServer((metrics_addr, metrics_port), handler)
+            self.http = HttpEndpoint(metrics_addr, metrics_port, self.registry, self.health)
 
     @property
     def metrics_port(self) -> int | None:
-        return self.server.server_address[1] if self.server else None
+        return self.http.address[1] if self.http else None
+
+    def health(self) -> tuple[bool, dict]:
+        """Healthy while the jobs' configs are being refreshed: the last refresh is
+        recent (three intervals, at least 2 s) and the registry readable."""
+        age = None if self.last_refresh is None else time.monotonic() - self.last_refresh
+        fresh = age is not None and age <= max(3 * self.interval_s, 2.0)
+        detail = {"last_refresh_age_s": None if age is None else round(age, 3),
+                  "modules": datapath.loaded_modules(), "error": self.last_error}
+        return fresh and self.last_error is None, detail
 
     def tick(self) -> dict[str, int]:
         try:
@@ -77,11 +69,13 @@ class Agent:
         except jobs.RegistryError as exc:
             # Keep the live jobs alive on their kernel configs; say why once per message.
             renewed = jobs.keep_kernel_configs_fresh()
-            if str(exc) != self._last_registry_error:
+            if str(exc) != self.last_error:
                 log.error("%s (renewing %d kernel configs as they are)", exc, renewed)
-                self._last_registry_error = str(exc)
+                self.last_error = str(exc)
+            self.last_refresh = time.monotonic()
             return {}
-        self._last_registry_error = None
+        self.last_error = None
+        self.last_refresh = time.monotonic()
         for name, budget in learned.items():
             log.info("job %s: learned budget %d bytes per iteration", name, budget)
         return learned
@@ -106,11 +100,8 @@ class Agent:
                 signal.signal(sig, lambda *_: self.stop())
             signal.signal(signal.SIGHUP, lambda *_: self.reload())
         self.apply_config()
-        http_thread = None
-        if self.server:
-            http_thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-            http_thread.start()
-            log.info("metrics on http://%s:%d/metrics", *self.server.server_address[:2])
+        if self.http:
+            log.info("metrics on http://%s:%d/metrics, health on /healthz", *self.http.address)
         try:
             while not self.stop_event.is_set():
                 if self.reload_event.is_set():
@@ -126,11 +117,8 @@ class Agent:
                 self._wake.wait(self.interval_s)
                 self._wake.clear()
         finally:
-            if self.server:
-                self.server.shutdown()
-                self.server.server_close()
-            if http_thread:
-                http_thread.join(timeout=5)
+            if self.http:
+                self.http.close()
             log.info("agent stopped")
 
     def stop(self) -> None:

@@ -1,4 +1,5 @@
-"""Live telemetry from the datapath: per job and per flow, as a table, JSON or Prometheus text."""
+"""Live telemetry from the datapath: per job and per flow, as a table or JSON (Prometheus:
+:mod:`mltcp.host.exposition`)."""
 
 from __future__ import annotations
 
@@ -120,51 +121,3 @@ def to_table(statuses: list[JobStatus]) -> str:
             lines.append(f"    {f.src:>22} -> {f.dst:<22} cwnd {f.cwnd:>6} srtt {f.srtt_us:>7}us"
                          f" F {f.f:.3f} cuts {f.cwnd_reductions}")
     return "\n".join(lines)
-
-
-_METRICS = (
-    ("mltcp_job_iteration", "counter", "Completed iterations", "iteration"),
-    ("mltcp_job_bytes_ratio", "gauge", "Bytes acked in this iteration over the budget",
-     "bytes_ratio"),
-    ("mltcp_job_f", "gauge", "Current aggressiveness F", "f"),
-    ("mltcp_job_budget_bytes", "gauge", "Per-iteration byte budget (0 while learning)", "budget"),
-    ("mltcp_job_last_iteration_bytes", "gauge", "Bytes between the last two idle-gap boundaries",
-     "last_iter_bytes"),
-    ("mltcp_job_acked_bytes_total", "counter", "Bytes acked for the job", "total_bytes"),
-    ("mltcp_job_cwnd_reductions_total", "counter", "Window reductions on the job's flows",
-     "cwnd_reductions"),
-    ("mltcp_job_stale", "gauge", "1 when the config is stale and flows run the standard CC",
-     "stale"),
-    ("mltcp_job_flows", "gauge", "Flows seen in the flow table", "flows"),
-)
-
-
-def to_prometheus(statuses: list[JobStatus]) -> str:
-    """Prometheus text exposition format (version 0.0.4)."""
-    out: list[str] = []
-    for metric, kind, help_text, attr in _METRICS:
-        out.append(f"# HELP {metric} {help_text}")
-        out.append(f"# TYPE {metric} {kind}")
-        for s in statuses:
-            value = getattr(s, attr)
-            if attr == "flows":
-                value = len(value)
-            out.append(f'{metric}{{job="{s.name}",cc="{s.cc}"}} {float(value):g}')
-    out.append("# HELP mltcp_flow_cwnd Congestion window of a job's flow (segments)")
-    out.append("# TYPE mltcp_flow_cwnd gauge")
-    for s in statuses:
-        for f in s.flows:
-            out.append(f'mltcp_flow_cwnd{{job="{s.name}",src="{f.src}",dst="{f.dst}"}} {f.cwnd}')
-    out.append("# HELP mltcp_flow_srtt_seconds Smoothed RTT of a job's flow")
-    out.append("# TYPE mltcp_flow_srtt_seconds gauge")
-    for s in statuses:
-        for f in s.flows:
-            out.append(f'mltcp_flow_srtt_seconds{{job="{s.name}",src="{f.src}",dst="{f.dst}"}} '
-                       f"{f.srtt_us / 1e6:g}")
-    health = maps.read_health()
-    out.append("# HELP mltcp_datapath_repairs_total Garbage ssthresh/cwnd values replaced "
-               "(kernel fault workaround, docs/known-issues.md)")
-    out.append("# TYPE mltcp_datapath_repairs_total counter")
-    out.append(f'mltcp_datapath_repairs_total{{what="ssthresh"}} {health.ssthresh_repairs}')
-    out.append(f'mltcp_datapath_repairs_total{{what="cwnd"}} {health.cwnd_repairs}')
-    return "\n".join(out) + "\n"

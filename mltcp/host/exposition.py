@@ -1,0 +1,143 @@
+"""Prometheus metrics and the agent's HTTP endpoints, through ``prometheus_client``.
+
+``prometheus_client`` writes the exposition format (exact values: a 150 MiB budget is
+``1.572864e+08``, every digit kept; counters keep moving past 10^6) and its WSGI app
+serves ``/metrics`` (content negotiation, gzip, OpenMetrics when asked).  Around it a
+small WSGI router adds ``/healthz`` for load balancers and systemd watchdogs, served by
+the standard library's threaded WSGI server.  The values come from
+:func:`mltcp.host.telemetry.collect` on every scrape: nothing is cached between scrapes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from mltcp.host import maps, telemetry
+from mltcp.host.jobs import Registry
+
+# (metric, kind, help, JobStatus attribute); counters are named without "_total",
+# which prometheus_client appends.
+JOB_METRICS = (
+    ("mltcp_job_iterations", "counter", "Completed iterations", "iteration"),
+    ("mltcp_job_bytes_ratio", "gauge", "Bytes acked in this iteration over the budget",
+     "bytes_ratio"),
+    ("mltcp_job_f", "gauge", "Current aggressiveness F", "f"),
+    ("mltcp_job_budget_bytes", "gauge", "Per-iteration byte budget (0 while learning)", "budget"),
+    ("mltcp_job_last_iteration_bytes", "gauge", "Bytes between the last two idle-gap boundaries",
+     "last_iter_bytes"),
+    ("mltcp_job_acked_bytes", "counter", "Bytes acked for the job", "total_bytes"),
+    ("mltcp_job_cwnd_reductions", "counter", "Window reductions on the job's flows",
+     "cwnd_reductions"),
+    ("mltcp_job_stale", "gauge", "1 when the config is stale and flows run the standard CC",
+     "stale"),
+    ("mltcp_job_flows", "gauge", "Flows seen in the flow table", "flows"),
+)
+
+
+class DatapathCollector(Collector):
+    """Reads the jobs, flows and datapath health from the pinned maps at each scrape."""
+
+    def __init__(self, registry: Registry | None = None) -> None:
+        self.registry = registry or Registry()
+
+    def collect(self) -> Iterator[Metric]:
+        statuses = telemetry.collect(self.registry)
+        for name, kind, help_text, attr in JOB_METRICS:
+            family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(
+                name, help_text, labels=["job", "cc"])
+            for s in statuses:
+                value = getattr(s, attr)
+                family.add_metric([s.name, s.cc], len(value) if attr == "flows" else value)
+            yield family
+        cwnd = GaugeMetricFamily("mltcp_flow_cwnd", "Congestion window of a job's flow "
+                                 "(segments)", labels=["job", "src", "dst"])
+        srtt = GaugeMetricFamily("mltcp_flow_srtt_seconds", "Smoothed RTT of a job's flow",
+                                 labels=["job", "src", "dst"])
+        for s in statuses:
+            for f in s.flows:
+                cwnd.add_metric([s.name, f.src, f.dst], f.cwnd)
+                srtt.add_metric([s.name, f.src, f.dst], f.srtt_us / 1e6)
+        yield cwnd
+        yield srtt
+        health = maps.read_health()
+        repairs = CounterMetricFamily(
+            "mltcp_datapath_repairs", "Garbage ssthresh/cwnd values replaced (kernel fault "
+            "workaround, docs/known-issues.md)", labels=["what"])
+        repairs.add_metric(["ssthresh"], health.ssthresh_repairs)
+        repairs.add_metric(["cwnd"], health.cwnd_repairs)
+        yield repairs
+
+
+def metrics_registry(jobs: Registry | None = None) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DatapathCollector(jobs))
+    return registry
+
+
+def render(jobs: Registry | None = None) -> str:
+    """The metrics in the Prometheus text format (what `mltcp metrics` prints)."""
+    return generate_latest(metrics_registry(jobs)).decode()
+
+
+Health = Callable[[], tuple[bool, dict[str, Any]]]
+
+
+def wsgi_app(jobs: Registry, health: Health) -> Callable[..., Iterable[bytes]]:
+    """``/metrics`` from prometheus_client's app; ``/healthz``: 200 or 503 with JSON."""
+    metrics = make_wsgi_app(metrics_registry(jobs))
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "/")
+        if path == "/healthz":
+            ok, detail = health()
+            body = json.dumps({"status": "ok" if ok else "unhealthy", **detail}).encode()
+            start_response("200 OK" if ok else "503 Service Unavailable",
+                           [("Content-Type", "application/json"),
+                            ("Content-Length", str(len(body)))])
+            return [body]
+        if path in ("/", "/metrics"):
+            return metrics(environ, start_response)
+        body = b"not found: try /metrics or /healthz\n"
+        start_response("404 Not Found", [("Content-Type", "text/plain"),
+                                         ("Content-Length", str(len(body)))])
+        return [body]
+    return app
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        pass
+
+
+class HttpEndpoint:
+    """The agent's HTTP server: serves from a daemon thread until :meth:`close`."""
+
+    def __init__(self, addr: str, port: int, jobs: Registry, health: Health) -> None:
+        self.server = make_server(addr, port, wsgi_app(jobs, health),
+                                  server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True,
+                                       name="mltcp-http")
+        self.thread.start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self.server.server_address[:2]
+        return str(host), int(port)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
