@@ -225,3 +225,27 @@ def test_the_shipped_example_is_a_valid_job_file_with_its_jobs_uncommented(tmp_p
     body = [line.removeprefix("# ") if i >= start else line for i, line in enumerate(lines)]
     declared = jobfile.load_file(_write(tmp_path, "\n".join(body)))
     assert [j.name for j in declared.jobs] == ["resnet", "bert"]
+
+
+@pytest.mark.parametrize("text,fix", [("/", "--whole-host"), ("training/..", "--whole-host"),
+                                      ("../..", "leads out of")])
+def test_the_root_cgroup_is_refused_unless_the_whole_host_is_meant(text, fix):
+    from mltcp.core.errors import CapabilityError
+    from mltcp.host import datapath
+
+    try:
+        root = datapath.cgroup2_root()
+    except CapabilityError as exc:
+        pytest.skip(str(exc))
+    with pytest.raises(SpecError, match="cgroup:") as info:
+        jobs.cgroup_path(text)
+    assert fix in str(info.value)
+    if fix == "--whole-host":
+        assert jobs.cgroup_path(text, whole_host=True) == root
+
+
+def test_whole_host_is_a_boolean_in_a_job_file(tmp_path):
+    path = _write(tmp_path, "[[job]]\nname = 'a'\nbudget = 5000\ncgroup = '/'\n"
+                            "whole_host = 'yes'\n")
+    with pytest.raises(SpecError, match=r"job\[0\].whole_host: must be true or false"):
+        jobfile.load_file(path)

@@ -90,6 +90,8 @@ def _register_job(sub: Any) -> None:
                         "(default 30; 0 = never)")
     c = a.add_argument_group("which sockets (at least one)")
     c.add_argument("--cgroup", help="cgroup v2 path of the training processes")
+    c.add_argument("--whole-host", action="store_true",
+                   help="allow --cgroup / (the root cgroup: every socket of this host)")
     c.add_argument("--dst", action="append", default=[], metavar="ADDR[:PORT]",
                    help="remote address (and port); repeatable")
     c.add_argument("--port", action="append", type=args_.port(), default=[],
@@ -164,8 +166,8 @@ def _job_spec(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
     return spec_from_fields({key: getattr(args, key, None) for key in (
         "name", "cc", "budget", "gradient_bytes", "workers", "collective", "role", "servers",
-        "learn", "preset", "slope", "intercept", "cap", "gap_ms", "stale_s", "cgroup", "dst",
-        "port", "local_port")})
+        "learn", "preset", "slope", "intercept", "cap", "gap_ms", "stale_s", "cgroup",
+        "whole_host", "dst", "port", "local_port")})
 
 
 def cmd_job(args: argparse.Namespace) -> int:

@@ -43,7 +43,7 @@ from mltcp.host.state import host_lock
 
 JOB_KEYS = ("name", "cc", "budget", "gradient_bytes", "workers", "collective", "role",
             "servers", "learn", "preset", "slope", "intercept", "cap", "gap_ms", "stale_s",
-            "cgroup", "dst", "port", "local_port")
+            "cgroup", "whole_host", "dst", "port", "local_port")
 FILE_KEYS = ("modules", "job")
 DEFAULT_FILE = Path("/etc/mltcp/jobs.toml")
 
@@ -74,6 +74,10 @@ def spec_from_fields(f: Mapping[str, Any], at: str = "") -> jobs.JobSpec:
         value = f.get(key)
         return default if value is None else value
 
+    for key in ("learn", "whole_host"):
+        if f.get(key) is not None and not isinstance(f[key], bool):
+            raise SpecError(f"{at}{key}", f"must be true or false (got {f[key]!r})",
+                            f"write {key} = true")
     given = [k for k in ("budget", "gradient_bytes") if f.get(k) is not None]
     if get("learn", False):
         given.append("learn")
@@ -92,7 +96,7 @@ def spec_from_fields(f: Mapping[str, Any], at: str = "") -> jobs.JobSpec:
         slope=get("slope", base.slope), intercept=get("intercept", base.intercept),
         cap=get("cap", base.cap), gap_ms=get("gap_ms", jobs.DEFAULT_GAP_MS),
         stale_s=get("stale_s", jobs.DEFAULT_STALE_S), cgroup=f.get("cgroup"),
-        rules=tuple(rules))
+        whole_host=bool(get("whole_host", False)), rules=tuple(rules))
     try:
         if f.get("budget") is not None:
             budget = f["budget"]
@@ -196,7 +200,7 @@ def _check_before_changing(declared: DeclaredJobs, current: Mapping[str, jobs.Jo
     """What can fail in attach, checked for every job before the first change."""
     for spec in declared.jobs:
         if spec.cgroup:
-            jobs.cgroup_path(spec.cgroup)
+            jobs.cgroup_path(spec.cgroup, spec.whole_host)
     mine = set(changing)
     taken = {_rule_id(r): n for n, rec in current.items() if n not in mine
              for r in rec.spec.rules}

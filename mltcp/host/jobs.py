@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -46,6 +47,7 @@ class JobSpec:
     gap_ms: float = DEFAULT_GAP_MS
     stale_s: float = DEFAULT_STALE_S
     cgroup: str | None = None
+    whole_host: bool = False         # the root cgroup is meant: every socket of the host
     rules: tuple[maps.Rule, ...] = ()
     description: dict | None = None  # JobDescription fields, when the budget came from one
 
@@ -99,15 +101,28 @@ class JobSpec:
         return cls(**d)
 
 
-def cgroup_path(text: str) -> Path:
-    """A cgroup v2 directory, given absolute or relative to the cgroup v2 mount."""
+def cgroup_path(text: str, whole_host: bool = False) -> Path:
+    """A cgroup v2 directory, given absolute or relative to the cgroup v2 mount.
+
+    The root cgroup holds every process of the host (sshd, storage, monitoring): a job
+    classified by it would put all of their sockets under MLTCP, so it is refused unless
+    ``whole_host`` says that is meant."""
     root = datapath.cgroup2_root()
     p = Path(text)
     if not p.is_absolute() or not p.is_relative_to(root):
         p = root / str(text).lstrip("/")
+    p = Path(os.path.normpath(p))          # "training/.." is the root too
+    if not p.is_relative_to(root):
+        raise SpecError("cgroup", f"{text!r} leads out of the cgroup v2 mount {root}",
+                        "name a cgroup below it, e.g. training/resnet")
     if not (p / "cgroup.procs").exists():
         raise SpecError("cgroup", f"{p} is not a cgroup v2 directory",
                         f"create it (mkdir under {root}) or name an existing one")
+    if p == root and not whole_host:
+        raise SpecError("cgroup", f"{p} is the root cgroup: every socket of this host "
+                        "(sshd, storage, ...) would join the job",
+                        "name the job's own cgroup, or add --whole-host (whole_host = true "
+                        "in a job file) if the whole host is the job")
     return p
 
 
@@ -218,7 +233,7 @@ def attach(spec: JobSpec, registry: Registry | None = None,
     """Put a job under MLTCP: config, rules, cgroup classifier; all or nothing.
     ``origin``: the job file that declares it (see :mod:`mltcp.host.jobfile`)."""
     registry = registry or Registry()
-    cgroup = cgroup_path(spec.cgroup) if spec.cgroup else None
+    cgroup = cgroup_path(spec.cgroup, spec.whole_host) if spec.cgroup else None
     datapath.require_bpf()
     datapath.require_loaded(spec.cc)
     with registry.locked() as jobs:
