@@ -14,9 +14,8 @@ Every error is one line: bad input names the field or flag and the fix (numeric 
 checked by the same rules as everywhere, :mod:`mltcp.cli.args`, and argparse's own errors
 are one line too, :class:`Parser`).
 
-Exit codes: 0 success; 1 a command failed (a kernel or system call, a run); 2 bad
-input (a one-line message naming the field and the fix); 3 the host lacks a
-capability (root, BTF, a tool, an optional package); 130 interrupted.
+The exit codes are defined once, in :mod:`mltcp.cli.exits`, and every ``--help`` ends
+with them; ``-j/--json`` is :mod:`mltcp.cli.output`.
 """
 
 from __future__ import annotations
@@ -24,20 +23,41 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from mltcp import __version__
-from mltcp.cli import dcqcn, host, lab
+from mltcp.cli import dcqcn, host, lab, output
+from mltcp.cli.exits import Exit, epilog
 from mltcp.core.errors import CapabilityError, MltcpError, SpecError
 
 # What the lab needs and a host install (no extras) does not have.
 LAB_PACKAGES = ("numpy", "matplotlib")
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CAPABILITY, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = Exit.OK, Exit.FAILED, Exit.BAD_INPUT
+EXIT_CAPABILITY, EXIT_INTERRUPTED = Exit.CAPABILITY, Exit.INTERRUPTED
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the epilog's lines (the exit-code table) and adds an option's default
+    where its help does not say it already."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (action.option_strings and action.nargs != 0 and "default" not in text
+                and default not in (None, argparse.SUPPRESS, [], False)):
+            text += " (default: %(default)s)"
+        return text
 
 
 class Parser(argparse.ArgumentParser):
     """argparse, with its errors as one line (argparse prints the usage first; the usage
-    is one ``--help`` away, the line says which)."""
+    is one ``--help`` away, the line says which), and every parser's help ending with
+    the exit codes."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        kw.setdefault("epilog", epilog())
+        kw.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*a, **kw)
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_BAD_INPUT, f"mltcp: error: {message} (see `{self.prog} --help`)\n")
@@ -45,11 +65,10 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="mltcp", description="MLTCP: congestion control that "
-                                "knows about distributed ML training.",
-                                epilog="exit codes: 0 ok, 1 failed, 2 bad input, "
-                                       "3 missing capability, 130 interrupted")
+                                         "knows about distributed ML training.")
     p.add_argument("--version", action="version", version=f"mltcp {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="full error details and logs")
+    output.add_global_flag(p)
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     host.register(sub)
     dcqcn.register(sub)
@@ -57,10 +76,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _command(args: argparse.Namespace) -> str:
+    """The command as typed, e.g. ``job list`` (for messages)."""
+    return " ".join(filter(None, (args.cmd, getattr(args, "job_cmd", None),
+                                  getattr(args, "dcqcn_cmd", None))))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        output.check(args, _command(args))
         return args.handler(args)
     except SpecError as exc:
         print(f"mltcp: error: {exc}", file=sys.stderr)

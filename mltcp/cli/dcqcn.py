@@ -7,17 +7,19 @@ The parser (:func:`register`) and the commands: parsed arguments into library ca
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from mltcp.cli import args as args_
+from mltcp.cli.exits import Exit
+from mltcp.cli.output import add_json_flag, emit
 from mltcp.core.aggressiveness import Aggressiveness
-from mltcp.core.dcqcn.knobs import markdown_table, text_table
+from mltcp.core.dcqcn.knobs import KNOBS, markdown_table, text_table
 from mltcp.core.dcqcn.policy import PRESETS as DCQCN_PRESETS
 from mltcp.core.dcqcn.policy import DcqcnPolicy, preset
 from mltcp.core.errors import SpecError
@@ -37,53 +39,70 @@ def register(sub: Any) -> None:
                                       "F(bytes_ratio) (mlx5 knobs), restore them after")
     dqs = dq.add_subparsers(dest="dcqcn_cmd", required=True)
     port = argparse.ArgumentParser(add_help=False)
-    port.add_argument("--root", default="/", help="find /sys under this directory (tests)")
+    port.add_argument("--root", default="/", metavar="DIR",
+                      help="find /sys under this directory (tests; default %(default)s)")
     port.add_argument("--iface", help="the RoCE netdev (default: the only one with knobs)")
-    port.add_argument("--pci", help="upstream debugfs: the PCI function, e.g. 0000:3b:00.0")
+    port.add_argument("--pci", help="upstream debugfs: the PCI function, e.g. 0000:3b:00.0 "
+                                    "(default: the --iface's)")
     port.add_argument("--backend", default="auto", choices=BACKEND_KINDS,
-                      help="knob layout (default: probe; defaults: the mlx5 defaults, "
+                      help="knob layout (default auto: probe; defaults: the mlx5 defaults, "
                            "read-only, with --advise)")
     dp = dqs.add_parser("probe", parents=[port], help="which knob layout, knobs and values")
-    dp.add_argument("--json", action="store_true")
+    add_json_flag(dp, "the port ({backend, base, iface, pci, knobs: {NAME: value}})")
     dk = dqs.add_parser("knobs", help="the knob table: units, ranges, defaults, sources")
     dk.add_argument("--markdown", action="store_true", help="as in rdma/README.md")
+    add_json_flag(dk, "the table ([{name, side, unit, min, max, default, sysfs, debugfs, "
+                      "scaling, source, about}])")
     dr = dqs.add_parser("run", parents=[port], help="tune until Ctrl-C/SIGTERM/--duration-s, "
                                                     "then restore every knob it changed")
-    dr.add_argument("--budget", required=True, help="bytes this host sends per iteration")
+    dr.add_argument("--budget", required=True, metavar="BYTES",
+                    help="bytes this host sends per iteration, e.g. 150MB (1 B..1 TiB; "
+                         "required)")
     fa = dr.add_argument_group("aggressiveness F = intercept + slope * bytes_ratio")
     fa.add_argument("--preset", choices=list(DCQCN_PRESETS),
                     help="mlx5-default (F = 1), paper (0.25 + 1.75 r) or tuned (1 + r, "
                          "the default)")
-    fa.add_argument("--slope", type=args_.finite())
-    fa.add_argument("--intercept", type=args_.finite())
-    fa.add_argument("--cap", type=args_.finite())
+    fa.add_argument("--slope", type=args_.finite(), help="0..64 (default: the preset's)")
+    fa.add_argument("--intercept", type=args_.finite(),
+                    help="1/65536..64 (default: the preset's)")
+    fa.add_argument("--cap", type=args_.finite(),
+                    help="intercept..128 (default: the preset's)")
     dr.add_argument("--mode", default="timer", choices=["timer", "rates"],
                     help="timer: rpg_time_reset and rpg_byte_reset / F (default); rates: "
                          "rpg_ai_rate and rpg_hai_rate x F")
     dr.add_argument("--f-step", type=args_.number(1 / 1024, 1, "0.125"), default=0.125,
-                    help="F is rounded to multiples of this before use (default %(default)s)")
+                    help="F is rounded to multiples of this before use (1/1024..1, "
+                         "default %(default)s)")
     dr.add_argument("--base", default="current", choices=["current", "mlx5"],
                     help="scale the values found at start (default) or the mlx5 defaults")
     dr.add_argument("--advise", action="store_true",
                     help="write nothing: print each change the tuner would make, and why")
     dr.add_argument("--poll-ms", type=args_.number(0, 1000, "2", lo_open=True), default=2.0,
-                    help="counter poll period (0 < ms <= 1000)")
+                    help="counter poll period (0 < ms <= 1000, default %(default)s)")
     dr.add_argument("--gap-ms", type=args_.number(0, 60_000, "10", lo_open=True), default=10.0,
-                    help="silence that ends an iteration (>= 2 polls; default %(default)s)")
+                    help="silence that ends an iteration (0 < ms <= 60000, at least 2 "
+                         "polls; default %(default)s)")
     dr.add_argument("--duration-s", type=args_.number(0, 30 * 86_400, "60", lo_open=True),
-                    help="stop (and restore) after this long (0 < s <= 30 days)")
+                    help="stop (and restore) after this long (0 < s <= 2592000, 30 days; "
+                         "default: until Ctrl-C/SIGTERM)")
     dr.add_argument("--counter", default="auto",
                     help="RDMA tx bytes: auto, ib:DEV[:PORT] (port_xmit_data x 4), "
                          "ethtool[:STAT], file:PATH (default auto)")
-    dr.add_argument("--state-dir", help="snapshot directory (default /var/lib/mltcp/dcqcn)")
+    dr.add_argument("--state-dir", metavar="DIR",
+                    help="snapshot directory (default /var/lib/mltcp/dcqcn)")
     dr.add_argument("--restore-foreign", action="store_true",
                     help="on exit also restore knobs someone else changed meanwhile")
     dre = dqs.add_parser("restore", help="put back every knob from the snapshot "
                                          "(also after a crash)")
-    dre.add_argument("--iface", help="the netdev the tuner ran on")
-    dre.add_argument("--pci", help="the PCI function, if the tuner ran without --iface")
-    dre.add_argument("--root", help="default: the root recorded in the snapshot")
-    dre.add_argument("--state-dir", help="snapshot directory (default /var/lib/mltcp/dcqcn)")
+    dre.add_argument("--iface", help="the netdev the tuner ran on (default: none; this or "
+                                     "--pci is required)")
+    dre.add_argument("--pci", help="the PCI function, if the tuner ran without --iface "
+                                   "(default: none)")
+    dre.add_argument("--root", metavar="DIR",
+                     help="find /sys under this directory (default: the root recorded in "
+                          "the snapshot)")
+    dre.add_argument("--state-dir", metavar="DIR",
+                     help="snapshot directory (default /var/lib/mltcp/dcqcn)")
     dre.add_argument("--force", action="store_true",
                      help="also overwrite knobs someone else changed since")
     dq.set_defaults(handler=main)
@@ -120,9 +139,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
     backend = probe(args.root, args.iface, args.pci, args.backend)
     values = backend.read_all()
     if args.json:
-        print(json.dumps({"backend": backend.kind, "base": str(backend.base),
-                          "iface": backend.iface, "pci": backend.pci, "knobs": values},
-                         indent=2))
+        emit({"backend": backend.kind, "base": str(backend.base), "iface": backend.iface,
+              "pci": backend.pci, "knobs": values})
         return 0
     print(f"backend: {backend.describe()}")
     print(text_table(values), end="")
@@ -159,10 +177,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         tuner.run(duration_ns=duration)
     except _Terminated:
         _say("SIGTERM: stopping")
-        rc = 128 + signal.SIGTERM
+        rc = Exit.TERMINATED
     except KeyboardInterrupt:
         _say("interrupted: stopping")
-        rc = 130
+        rc = Exit.INTERRUPTED
     finally:
         # A second SIGTERM waits (blocked) while the knobs are restored, then lands here.
         signal.signal(signal.SIGTERM, lambda *_: None)
@@ -172,7 +190,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         for line in advice_summary(tuner.changes):
             _say(f"advice: {line}")
     if report is not None and not report.ok:
-        return 1
+        return Exit.FAILED
     return rc
 
 
@@ -191,11 +209,14 @@ def cmd_restore(args: argparse.Namespace) -> int:
         print(f"removed {path}")
         return 0
     print(f"kept {path}: fix the failures above and run restore again", file=sys.stderr)
-    return 1
+    return Exit.FAILED
 
 
 def main(args: argparse.Namespace) -> int:
     if args.dcqcn_cmd == "knobs":
+        if args.json:
+            emit([asdict(k) for k in KNOBS])
+            return 0
         print(markdown_table() if args.markdown else text_table(), end="")
         return 0
     if args.dcqcn_cmd == "probe":

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mltcp.cli import args as args_
+from mltcp.cli.output import add_json_flag, emit
 from mltcp.lab import backends
 
 
@@ -25,14 +26,16 @@ def register(sub: Any) -> None:
                                      "(mltcp/lab/scenarios/), or a TOML file")
     rn.add_argument("--backend", default="netns", choices=names, help=backend_help)
     rn.add_argument("--out", required=True, help="output directory")
-    rn.add_argument("--scheme", action="append", help="only these schemes (repeatable)")
+    rn.add_argument("--scheme", action="append",
+                    help="only these schemes (repeatable; default: every scheme)")
     rn.add_argument("--seed", action="append", type=args_.integer(0, 2**32 - 1, "0"),
-                    help="only these seeds (repeatable)")
+                    help="only these seeds (0..4294967295, repeatable; default: the "
+                         "scenario's)")
     rn.add_argument("--dedicated", action="store_true",
                     help="also run each job alone (the dedicated-link baseline)")
     rn.add_argument("--parallel", type=args_.integer(1, 64, "2"), default=1, metavar="N",
-                    help="runs at once where the backend can (ns3: one process each; "
-                         "default 1)")
+                    help="runs at once where the backend can (1..64; ns3: one process "
+                         "each; default 1)")
     rn.set_defaults(handler=cmd_run)
 
     cp = sub.add_parser("compare", help="every scheme of a scenario plus the dedicated "
@@ -41,9 +44,10 @@ def register(sub: Any) -> None:
     cp.add_argument("--backend", default="netns", choices=names, help=backend_help)
     cp.add_argument("--out", required=True, help="output directory")
     cp.add_argument("--seed", action="append", type=args_.integer(0, 2**32 - 1, "0"),
-                    help="only these seeds (repeatable)")
+                    help="only these seeds (0..4294967295, repeatable; default: the "
+                         "scenario's)")
     cp.add_argument("--parallel", type=args_.integer(1, 64, "2"), default=1, metavar="N",
-                    help="runs at once where the backend can (ns3; default 1)")
+                    help="runs at once where the backend can (1..64; ns3; default 1)")
     cp.set_defaults(handler=cmd_compare)
 
     sw = sub.add_parser("sweep", help="a parameter grid on a backend (fluid by default), run "
@@ -53,28 +57,36 @@ def register(sub: Any) -> None:
                     help="grid axis (repeatable): slope, intercept, cap, load, compute_ms, "
                          "compute_jitter_ms, jobs, iterations")
     sw.add_argument("--seeds", default="0", help="e.g. 0-9 or 0,3,7 (default: %(default)s)")
-    sw.add_argument("--scheme", help="the MLTCP scheme to vary (default: the scenario's first)")
+    sw.add_argument("--scheme", help="the MLTCP scheme to vary (default: the scenario's first "
+                                     "MLTCP scheme)")
     sw.add_argument("--out", required=True, help="output directory")
-    sw.add_argument("--format", default="parquet", choices=["parquet", "csv"])
+    sw.add_argument("--format", default="parquet", choices=["parquet", "csv"],
+                    help="the table's format (default %(default)s)")
     sw.add_argument("--backend", default="fluid", choices=names,
                     help="fluid: the flow-level model (batches of runs); ns3: one ns-3 process "
-                         "per run (minutes each); dcqcn: batches on the DCQCN model")
-    sw.add_argument("--scheduler", help="Dask scheduler address (default: a local cluster)")
+                         "per run (minutes each); dcqcn: batches on the DCQCN model "
+                         "(default %(default)s)")
+    sw.add_argument("--scheduler", metavar="ADDR",
+                    help="Dask scheduler address, e.g. tcp://host:8786 (default: a local "
+                         "cluster)")
     sw.add_argument("--workers", type=args_.integer(1, 1024, "2"),
-                    help="local cluster: worker processes (default: one per core)")
+                    help="local cluster: worker processes (1..1024; default: one per core)")
     sw.add_argument("--f-steps", type=args_.integer(0, 1_000_000, "8"), default=None,
-                    help="fluid: F re-evaluations per iteration (0: only at phase events)")
+                    help="fluid: F re-evaluations per iteration (0..1000000, 0: only at "
+                         "phase events; default 8)")
     sw.set_defaults(handler=cmd_sweep)
 
     bk = sub.add_parser("backends", help="the backends scenarios can run on "
                                          "(--check: which can run on this host)")
     bk.add_argument("--check", action="store_true",
                     help="import each backend and say whether it can run here, and why not")
+    add_json_flag(bk, "the backends ([{name, summary}], with --check also ready, why)")
     bk.set_defaults(handler=cmd_backends)
 
     tb = sub.add_parser("testbed", help="emulated testbed housekeeping")
     tb.add_argument("action", choices=["clean"],
                     help="clean: remove namespaces and jobs left by killed runs")
+    add_json_flag(tb, "what was removed ({removed})")
     tb.set_defaults(handler=cmd_testbed)
 
     dm = sub.add_parser("demo", help="MLTCP vs standard TCP on the default scenario, real "
@@ -86,13 +98,15 @@ def register(sub: Any) -> None:
     dm.add_argument("--live", action="store_true",
                     help="instead: one MLTCP run watched live (per worker and iteration: "
                          "bytes_ratio, F, cwnd)")
-    dm.add_argument("--cc", default="cubic", help="--live: reno, cubic or dctcp")
+    dm.add_argument("--cc", default="cubic", choices=["reno", "cubic", "dctcp"],
+                    help="--live: the MLTCP module (default %(default)s)")
     dm.add_argument("--iterations", type=args_.integer(2, 1000, "12"), default=12,
                     help="--live: iterations per job (2..1000, default %(default)s)")
     dm.add_argument("--rate-mbit", type=args_.number(1, 40_000, "1000"), default=1000,
-                    help="--live: bottleneck rate (default %(default)s)")
-    dm.add_argument("--json", metavar="FILE",
-                    help="--live: also write the trace and the datapath samples here")
+                    help="--live: bottleneck rate in Mbit/s (1..40000, default %(default)s)")
+    dm.add_argument("--json", metavar="FILE", dest="json_file",
+                    help="--live: also write the trace and the datapath samples to FILE "
+                         "(default: none; not the global -j)")
     dm.set_defaults(handler=cmd_demo)
 
 
@@ -139,15 +153,23 @@ def cmd_backends(args: argparse.Namespace) -> int:
     from mltcp.core.errors import MltcpError
 
     width = max(len(n) for n in backends.names())
+    listed = []
     for e in backends.REGISTRY:
-        status = ""
+        entry: dict[str, Any] = {"name": e.name, "summary": e.summary}
         if args.check:
             try:
                 backends.get(e.name).require()
-                status = "  [ready]"
+                entry.update(ready=True, why=None)
             except (MltcpError, ImportError) as exc:
-                status = f"  [unavailable: {str(exc).splitlines()[0]}]"
-        print(f"{e.name:<{width}}  {e.summary}{status}")
+                entry.update(ready=False, why=str(exc).splitlines()[0])
+        listed.append(entry)
+    if args.json:
+        emit(listed)
+        return 0
+    for entry in listed:
+        status = "" if "ready" not in entry else (
+            "  [ready]" if entry["ready"] else f"  [unavailable: {entry['why']}]")
+        print(f"{entry['name']:<{width}}  {entry['summary']}{status}")
     return 0
 
 
@@ -155,6 +177,9 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     from mltcp.lab.emulation import testbed
 
     removed = testbed.clean()
+    if args.json:
+        emit({"removed": removed})
+        return 0
     print("removed " + (", ".join(removed) or "nothing"))
     return 0
 
@@ -167,4 +192,4 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if not args.live:
         return run_compare_demo(args.out, seeds=chosen)
     return run_demo(cc=args.cc, iterations=args.iterations, rate_mbit=args.rate_mbit,
-                    json_out=args.json, seed=chosen[0])
+                    json_out=args.json_file, seed=chosen[0])

@@ -187,6 +187,12 @@ class ApplyResult:
     detached: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
 
+    def to_json(self) -> dict[str, list[str]]:
+        """The same, for ``mltcp apply --json`` (modules by their congestion-control name)."""
+        return {"loaded": [datapath.cc_name(m) for m in self.loaded], "attached": self.attached,
+                "replaced": self.replaced, "detached": self.detached,
+                "unchanged": self.unchanged}
+
     def describe(self) -> str:
         parts = [f"{what} {', '.join(names)}" for what, names in (
             ("loaded", [datapath.cc_name(m) for m in self.loaded]), ("attached", self.attached),
