@@ -13,6 +13,8 @@ Where they come from, in order:
 2. **Built here** with clang against this kernel's BTF, cached by a content hash (the
    sources, the BTF, the flags), so every ``mltcp load`` can call :func:`build_object`
    without paying for a compile.  This is the development path and the fallback.
+   Where the cache lives is :func:`build_dir`; root loads what it finds there, so as
+   root a cache another user could write to is refused (:func:`untrusted_reason`).
 
 ``setup.py`` builds the wheel's objects with :func:`compile_object`, the same function.
 """
@@ -24,6 +26,7 @@ import json
 import os
 import secrets
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -37,6 +40,14 @@ OBJECTS = ("mltcp_reno", "mltcp_cubic", "mltcp_dctcp", "mltcp_sockops", "ecn_mar
 PACKAGE_BPF = Path(__file__).resolve().parent / "bpf"
 CHECKOUT_KERNEL = Path(__file__).resolve().parents[2] / "kernel"
 MANIFEST = "manifest.json"
+# Root's cache for an installed package: root-owned, 0755, like every /var/cache entry
+# (root's ~/.cache is no place for what a system service loads into the kernel).
+SYSTEM_CACHE = Path("/var/cache/mltcp/bpf")
+CACHE_DIR_MODE = 0o755
+
+
+class UntrustedCacheError(MltcpError):
+    """A root process was about to load objects from a directory another user can write."""
 
 
 def kernel_source_dir() -> Path:
@@ -64,19 +75,84 @@ def _is_checkout(src: Path) -> bool:
     return not installed and os.access(src, os.W_OK)
 
 
+def user_cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mltcp" / "bpf"
+
+
 def build_dir() -> Path:
-    """Where objects compiled here are cached: $MLTCP_BUILD_DIR, else ``build/`` beside the
-    sources of a writable checkout (the development path, as before wheels), else the
-    user's cache ``${XDG_CACHE_HOME:-~/.cache}/mltcp/bpf``; never site-packages."""
+    """Where objects compiled here are cached, created if missing:
+
+    * ``$MLTCP_BUILD_DIR`` if set;
+    * ``build/`` beside the sources of a writable checkout (the development path);
+    * an installed package run as root: :data:`SYSTEM_CACHE` (``/var/cache/mltcp/bpf``,
+      directories 0755);
+    * an installed package run by a user: ``${XDG_CACHE_HOME:-~/.cache}/mltcp/bpf``;
+
+    never site-packages.  As root the directory must be safe to load from: see
+    :func:`untrusted_reason` (a checkout's build/ may also belong to the checkout's
+    owner, who controls its sources anyway)."""
     env = os.environ.get("MLTCP_BUILD_DIR")
+    src = None if env else kernel_source_dir()
     if env:
         out = Path(env)
+    elif src is not None and _is_checkout(src):
+        out = src / "build"
+    elif os.geteuid() == 0:
+        out = SYSTEM_CACHE
     else:
-        src = kernel_source_dir()
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mltcp" / "bpf"
-        out = src / "build" if _is_checkout(src) else cache
-    out.mkdir(parents=True, exist_ok=True)
+        out = user_cache()
+    if os.geteuid() != 0:
+        out.mkdir(parents=True, exist_ok=True)
+        return out
+    _make_dirs(out)
+    owners = {0}
+    if env is None and src is not None and out == src / "build":
+        owners.add(src.stat().st_uid)
+    why = untrusted_reason(out, owners)
+    if why:
+        raise UntrustedCacheError(
+            f"eBPF build cache {out} {why}: root must not load objects another user could "
+            f"replace; fix: chown root:root {out} && chmod 0755 {out} (and its parents), or "
+            "set MLTCP_BUILD_DIR to a root-owned directory")
     return out
+
+
+def _make_dirs(path: Path) -> None:
+    """``mkdir -p`` whose new directories are 0755 whatever the umask (root's cache must
+    not come out group-writable under umask 002)."""
+    missing = []
+    for p in [path, *path.parents]:
+        if p.exists():
+            break
+        missing.append(p)
+    for p in reversed(missing):
+        try:
+            p.mkdir(mode=CACHE_DIR_MODE)
+        except FileExistsError:
+            continue                      # a concurrent first build made it
+        os.chmod(p, CACHE_DIR_MODE)
+
+
+def untrusted_reason(path: Path, owners: set[int]) -> str | None:
+    """Why a process may not trust what it reads under ``path``, or None: ``path`` and
+    each directory above it must belong to one of ``owners`` or root, and be writable by
+    nobody else (group- or world-writable only with the sticky bit, as /tmp is, and
+    not ``path`` itself), else another user could swap in an object of theirs."""
+    path = Path(os.path.abspath(path))
+    for i, p in enumerate([path, *path.parents]):
+        st = p.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            st = p.stat()   # a link's target is what counts; its own mode is 0777
+        if st.st_uid not in owners | {0}:
+            return f"is owned by uid {st.st_uid}" if i == 0 else \
+                f"is inside {p}, owned by uid {st.st_uid}"
+        writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if writable and (i == 0 or not st.st_mode & stat.S_ISVTX):
+            who = "group- and world-" if writable == stat.S_IWGRP | stat.S_IWOTH else \
+                "group-" if writable == stat.S_IWGRP else "world-"
+            return f"is {who}writable (mode {stat.S_IMODE(st.st_mode):04o})" if i == 0 \
+                else f"is inside {p}, {who}writable (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
 
 
 def _digest(*parts: bytes) -> str:
@@ -110,11 +186,13 @@ def require_tool(name: str, package: str) -> str:
 def _temp_beside(dest: Path) -> tuple[int, str]:
     """A new file of this call's own in ``dest``'s directory (so ``os.replace`` onto
     ``dest`` is atomic), created with the umask's mode like any file, not mkstemp's 0600:
-    a cache in a checkout or $MLTCP_BUILD_DIR may be shared with other users."""
+    a cache in a checkout or $MLTCP_BUILD_DIR may be shared with other users (root's
+    are 0644 whatever the umask)."""
+    mode = 0o644 if os.geteuid() == 0 else 0o666   # root's objects: nobody else writes
     while True:
         tmp = dest.parent / f".{dest.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), str(tmp)
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), str(tmp)
         except FileExistsError:
             continue
 
@@ -132,6 +210,18 @@ def _replace_atomically(data: bytes, dest: Path) -> None:
         raise
 
 
+def _cached(path: Path) -> bool:
+    """``path`` exists (complete: files get their name by an atomic rename) and, for
+    root, is root's and writable by nobody else; one that is not is built again."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return False
+    if os.geteuid() != 0:
+        return True
+    return st.st_uid == 0 and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
 def vmlinux_header(out_dir: Path | None = None) -> Path:
     """vmlinux.h generated from the running kernel's BTF, cached by the BTF's hash."""
     if not BTF_PATH.exists():
@@ -141,10 +231,13 @@ def vmlinux_header(out_dir: Path | None = None) -> Path:
     btf_hash = _digest(BTF_PATH.read_bytes())
     out_dir = (out_dir or build_dir()) / f"btf-{btf_hash}"
     header = out_dir / "vmlinux.h"
-    if header.exists():
+    if _cached(header):
         return header
     bpftool = require_tool("bpftool", "bpftool")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        _make_dirs(out_dir)
+    else:
+        out_dir.mkdir(parents=True, exist_ok=True)
     text = subprocess.run([bpftool, "btf", "dump", "file", str(BTF_PATH), "format", "c"],
                           check=True, capture_output=True).stdout
     _replace_atomically(text, header)
@@ -168,6 +261,8 @@ def compile_object(name: str, src_dir: Path, header: Path, dest: Path) -> Path:
                               capture_output=True, text=True)
         if proc.returncode != 0:
             raise MltcpError(f"clang failed to build {name}.bpf.c:\n{proc.stderr.strip()}")
+        if os.geteuid() == 0:
+            os.chmod(tmp, 0o644)   # clang renames its own file onto tmp: the umask's mode
         os.replace(tmp, dest)
     finally:
         Path(tmp).unlink(missing_ok=True)
@@ -205,7 +300,7 @@ def build_object(name: str) -> Path:
     header = vmlinux_header()
     key = _digest(source_digest(name, src_dir).encode(), header.parent.name.encode())
     obj = build_dir() / f"{name}-{key}.bpf.o"
-    if obj.exists():
+    if _cached(obj):
         return obj
     return compile_object(name, src_dir, header, obj)
 
