@@ -29,8 +29,10 @@ STATUS_KEYS = {"name", "id", "cc", "budget", "learning", "learned_budget", "iter
 
 
 def _env(state_dir: Path) -> dict[str, str]:
+    """A state directory of the test's own, and a pin root where nothing is pinned (the
+    kernel tests' pins, /sys/fs/bpf/mltcp-test, may exist meanwhile)."""
     return {**os.environ, "PYTHONPATH": str(REPO), "MLTCP_STATE_DIR": str(state_dir),
-            "MLTCP_PIN_ROOT": os.environ.get("MLTCP_PIN_ROOT", "/sys/fs/bpf/mltcp-test")}
+            "MLTCP_PIN_ROOT": str(state_dir.parent / "no-pins")}
 
 
 def cli(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -69,10 +71,13 @@ def test_doctor(tmp_path: Path) -> None:
 def test_job_list_shows_the_registry(tmp_path: Path) -> None:
     """A registry written here (no kernel needed to read it back): the job's fields."""
     assert document(cli(tmp_path, "-j", "job", "list")) == {}
-    state = tmp_path / "state"
     spec = jobs.JobSpec(name="resnet", budget=1_000_000, rules=(maps.Rule(port=29500),))
-    with jobs.Registry(state).locked() as reg:
-        reg["resnet"] = jobs.JobRecord(id=3, spec=spec)
+    # jobs.json as jobs.Registry writes it; "datapath": null is what the CLI's pin root
+    # (nothing pinned) gives, so the registry reads it back as live
+    (tmp_path / "state").mkdir(exist_ok=True)
+    (tmp_path / "state" / "jobs.json").write_text(json.dumps({"datapath": None, "jobs": {
+        "resnet": {"id": 3, "spec": spec.to_json(), "learned_budget": 0, "links": [],
+                   "origin": None}}}))
     for argv in (("-j", "job", "list"), ("job", "list", "--json")):
         doc = document(cli(tmp_path, *argv))
         assert set(doc) == {"resnet"} and set(doc["resnet"]) == JOB_KEYS

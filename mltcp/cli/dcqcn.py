@@ -37,7 +37,7 @@ def register(sub: Any) -> None:
 
     dq = sub.add_parser("dcqcn", help="RoCE: scale the NIC's DCQCN rate increase by "
                                       "F(bytes_ratio) (mlx5 knobs), restore them after")
-    dqs = dq.add_subparsers(dest="dcqcn_cmd", required=True)
+    dqs = dq.add_subparsers(dest="dcqcn_cmd", required=True, metavar="SUBCOMMAND")
     port = argparse.ArgumentParser(add_help=False)
     port.add_argument("--root", default="/", metavar="DIR",
                       help="find /sys under this directory (tests; default %(default)s)")

@@ -25,7 +25,7 @@ MEANING: dict[Exit, str] = {
     Exit.FAILED: "a command failed (a kernel or system call, a run, a restore); "
                  "`doctor`: at least one check failed (the NO lines say which)",
     Exit.BAD_INPUT: "bad input: a flag, a file or a field (one line on stderr names it "
-                    "and the fix); nothing was changed",
+                    "and the fix), refused before anything ran",
     Exit.CAPABILITY: "this host lacks a capability: root, CAP_BPF, BTF, a tool, a NIC, "
                      "an optional package",
     Exit.INTERRUPTED: "interrupted (Ctrl-C / SIGINT)",

@@ -72,7 +72,7 @@ def register(sub: Any) -> None:
 
 def _register_job(sub: Any) -> None:
     job = sub.add_parser("job", help="put training jobs under MLTCP")
-    jsub = job.add_subparsers(dest="job_cmd", required=True)
+    jsub = job.add_subparsers(dest="job_cmd", required=True, metavar="SUBCOMMAND")
 
     a = jsub.add_parser("attach", help="attach a job (config, budget, classification)")
     a.add_argument("name", help="the job's name: 1-32 letters, digits, '.', '_' or '-'")

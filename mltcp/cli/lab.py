@@ -8,6 +8,7 @@ imported when a command runs.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -110,9 +111,25 @@ def register(sub: Any) -> None:
     dm.set_defaults(handler=cmd_demo)
 
 
+def _out_dir(path: str) -> str:
+    """Make the output directory before any run: a path that cannot be one (a file, a
+    read-only place) is bad input named by its flag, not a failure after minutes of runs."""
+    from mltcp.core.errors import SpecError
+
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError("--out", f"cannot create directory {path}: {exc.strerror}",
+                        "give a directory you can write") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise SpecError("--out", f"cannot write in {path}", "give a directory you can write")
+    return path
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from mltcp.lab.runner import run_scenario
 
+    _out_dir(args.out)
     run_scenario(args.scenario, out_dir=args.out, schemes=args.scheme, seeds=args.seed,
                  dedicated=args.dedicated, backend=args.backend, parallel=args.parallel)
     return 0
@@ -122,6 +139,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from mltcp.lab.report import table
     from mltcp.lab.runner import run_scenario
 
+    _out_dir(args.out)
     print(table(run_scenario(args.scenario, out_dir=args.out, seeds=args.seed,
                              dedicated=True, backend=args.backend, parallel=args.parallel)))
     return 0
@@ -143,6 +161,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                         f"drop --f-steps with --backend {args.backend}")
     spec = sweep.make_spec(args.scenario, args.param, args.seeds, args.scheme,
                            backend=args.backend, backend_options=options)
+    _out_dir(args.out)
     rows = sweep.execute(spec, scheduler=args.scheduler, workers=args.workers)
     path = sweep.write(spec, rows, args.out, args.format)
     print(f"{len(rows)} runs -> {path}, {Path(args.out) / 'sweep.json'} and plots")

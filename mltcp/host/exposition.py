@@ -10,7 +10,9 @@ the standard library's threaded WSGI server.  The values come from
 
 from __future__ import annotations
 
+import errno
 import json
+import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from socketserver import ThreadingMixIn
@@ -21,6 +23,7 @@ from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from mltcp.core.errors import MltcpError, SpecError
 from mltcp.host import maps, telemetry
 from mltcp.host.jobs import Registry
 
@@ -126,8 +129,21 @@ class HttpEndpoint:
     """The agent's HTTP server: serves from a daemon thread until :meth:`close`."""
 
     def __init__(self, addr: str, port: int, jobs: Registry, health: Health) -> None:
-        self.server = make_server(addr, port, wsgi_app(jobs, health),
-                                  server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
+        try:
+            self.server = make_server(addr, port, wsgi_app(jobs, health),
+                                      server_class=_ThreadingWSGIServer,
+                                      handler_class=_QuietHandler)
+        except socket.gaierror as exc:
+            raise SpecError("--metrics-addr", f"cannot listen on {addr!r} ({exc.strerror})",
+                            "give an address of this host, e.g. 127.0.0.1, 0.0.0.0 or ::") \
+                from None
+        except OSError as exc:
+            why = "ports below 1024 need root" if exc.errno == errno.EACCES else \
+                "another process listens there" if exc.errno == errno.EADDRINUSE else \
+                "is the address this host's?"
+            raise MltcpError(f"cannot serve /metrics on {addr} port {port}: {exc.strerror} "
+                             f"({why}); choose another --metrics-port or --metrics-addr") \
+                from None
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True,
                                        name="mltcp-http")
         self.thread.start()

@@ -58,12 +58,17 @@ def _rule_for_dst(dst: str, where: str) -> maps.Rule:
         addr, _, port = text.partition(":")
     else:                                           # v4 or bare v6
         addr, port = text, ""
+    if not addr:
+        raise SpecError(where, f"{dst!r} has no address",
+                        "give ADDR or ADDR:PORT, e.g. 10.0.0.2:5201 (a port alone: --port)")
     try:
         rule = maps.Rule(address=addr, port=int(port) if port else 0)
         rule.key()
     except ValueError:
         raise SpecError(where, f"{dst!r} is not ADDR, ADDR:PORT, IPV6 or [IPV6]:PORT",
                         "e.g. 10.0.0.2:5201 or [fd00::2]:5201") from None
+    if port:   # an explicit port is a real one (no port at all: any port)
+        validate.integer(rule.port, where + " port", 1, 65535, "29500")
     return rule
 
 
@@ -171,6 +176,9 @@ def load_file(path: str | Path) -> DeclaredJobs:
     except tomllib.TOMLDecodeError as exc:
         raise SpecError("file", f"{path} is not valid TOML ({exc})",
                         "fix the syntax at that line") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError("file", f"{path} is not UTF-8 text (byte {exc.start})",
+                        "a job file is TOML, UTF-8 encoded") from None
     try:
         return parse(data, path)
     except SpecError as exc:

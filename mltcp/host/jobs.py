@@ -318,17 +318,18 @@ def signal(name: str, registry: Registry | None = None) -> int:
     Under the host lock, so the agent's refresh (which rewrites the config with the
     sequence number it read) cannot lose it."""
     registry = registry or Registry()
-    with registry.locked() as jobs, maps.PinnedMap("mltcp_job_cfg") as cfg_map:
+    with registry.locked() as jobs:
         record = jobs.get(name)
-        if record is None:
+        if record is None:   # before the maps: an unknown name is bad input anywhere
             raise SpecError("name", f"no job named {name!r}", "see `mltcp job list`")
-        key = ctypes.c_uint32(record.id)
-        cfg = cfg_map.get(key, maps.JobCfg)
-        if cfg is None or not cfg.flags & maps.JOB_ENABLED:
-            raise MltcpError(f"job {name!r} has no live config: re-attach it")
-        cfg.signal_seq = (cfg.signal_seq + 1) & 0xFFFFFFFF
-        cfg_map.put(key, cfg)
-        return int(cfg.signal_seq)
+        with maps.PinnedMap("mltcp_job_cfg") as cfg_map:
+            key = ctypes.c_uint32(record.id)
+            cfg = cfg_map.get(key, maps.JobCfg)
+            if cfg is None or not cfg.flags & maps.JOB_ENABLED:
+                raise MltcpError(f"job {name!r} has no live config: re-attach it")
+            cfg.signal_seq = (cfg.signal_seq + 1) & 0xFFFFFFFF
+            cfg_map.put(key, cfg)
+            return int(cfg.signal_seq)
 
 
 def learn_budget(state: maps.JobState, learner: BudgetLearner | None = None) -> int | None:

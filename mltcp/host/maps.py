@@ -208,6 +208,7 @@ class PinnedMap:
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self.fd = -1    # close() (and __del__) must work when obj_get below raises
         self.fd = libbpf().obj_get(str(pin_path(name)))
 
     def close(self) -> None:

@@ -49,7 +49,7 @@ import numpy as np
 
 from mltcp.core import validate
 from mltcp.core.aggressiveness import MAX_CAP, MAX_INTERCEPT, MAX_SLOPE, MIN_INTERCEPT
-from mltcp.core.errors import CapabilityError, SpecError
+from mltcp.core.errors import CapabilityError, MltcpError, SpecError
 from mltcp.lab import backends, metrics, schedule
 from mltcp.lab.plan import RunPlan, resolve
 from mltcp.lab.scenario import (
@@ -310,6 +310,19 @@ def _progress_line(done: int, total: int, started: float) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
+def _connect(client_class: Any, scheduler: str) -> Any:
+    """A Dask client of ``scheduler``; a malformed address is bad input, an unreachable
+    one a failure, each one line."""
+    try:
+        return client_class(scheduler, timeout=30)
+    except ValueError as exc:
+        raise SpecError("scheduler", f"{scheduler!r} is not a Dask scheduler address ({exc})",
+                        "give e.g. tcp://host:8786") from None
+    except (OSError, TimeoutError) as exc:
+        raise MltcpError(f"cannot reach the Dask scheduler at {scheduler} ({exc}); is it "
+                         "running? (drop --scheduler for a local cluster)") from None
+
+
 def execute(spec: SweepSpec, scheduler: str | None = None, workers: int | None = None,
             chunk_size: int | None = None,
             progress: Callable[[int, int, float], None] | None = _progress_line
@@ -325,7 +338,7 @@ def execute(spec: SweepSpec, scheduler: str | None = None, workers: int | None =
     started = time.monotonic()
     cluster = None
     if scheduler:
-        client = Client(scheduler)
+        client = _connect(Client, scheduler)
     else:
         cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1,
                                processes=True, dashboard_address=None)
