@@ -1,0 +1,320 @@
+"""Bad input, table-driven: each row is a command line (and the files it reads), the exit
+code it must end with and a fragment (the flag or field) its one line on stderr must
+name.  The real CLI runs in a fresh process, unprivileged (as root the rows drop to
+nobody; rows marked ``root`` are what only root reaches), with a state directory and a
+pin root of its own, so no row can touch this host's datapath.  Every answer is exactly
+one line, never a traceback.
+
+``docs/bad-input.md`` is this table with the answers, written by
+``scripts/bad_input_table.py``; a test checks that every row is in it with its code.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "bad-input.md"
+NOBODY = 65534
+TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class Row:
+    """One bad input. ``{dir}`` in argv and in file names is the row's own directory;
+    ``files`` are written there first; ``note`` says what the files are, for the doc."""
+
+    argv: tuple[str, ...]
+    code: int
+    says: str
+    files: tuple[tuple[str, str | bytes], ...] = ()
+    note: str = ""
+    root: bool = False    # only root reaches this check; else the row runs as nobody
+
+    @property
+    def command(self) -> str:
+        shown = " ".join(a if a and " " not in a and "!" not in a else repr(a)
+                         for a in self.argv)
+        return f"mltcp {shown}".replace("{dir}", "DIR")
+
+    @property
+    def cell(self) -> str:
+        """The row's input as the doc shows it (unique in the table)."""
+        return (f"`{self.command}`" + (f" ({self.note})" if self.note else "")
+                + (" as root" if self.root else ""))
+
+
+def _job_file(body: str) -> str:
+    return '[[job]]\nname = "bert"\nbudget = "1MB"\nport = [29500]\n' + body
+
+
+ATTACH = ("job", "attach", "x", "--port", "29500")
+SWEEP = ("sweep", "compatible-pair", "--out", "{dir}/out")
+FLUID = ("--backend", "fluid", "--out", "{dir}/out")
+ADVISE = ("dcqcn", "run", "--iface", "x", "--backend", "defaults", "--advise")
+TRUNCATED = (("state/jobs.json", '{"datapath": null, "jobs": {"a": {"id": 1'),)
+SCENARIO = (REPO / "mltcp/lab/scenarios/compatible-pair.toml").read_text()
+
+ROWS: list[Row] = [
+    # status, agent, metrics
+    Row(("status", "--watch", "-1"), 2, "--watch"),
+    Row(("status", "--watch", "0"), 2, "--watch"),
+    Row(("status", "--watch", "nan"), 2, "--watch"),
+    Row(("-j", "status", "--watch", "0"), 2, "--watch"),
+    Row(("status", "--nosuch"), 2, "--nosuch"),
+    Row(("agent", "--metrics-port", "70000"), 2, "--metrics-port"),
+    Row(("agent", "--metrics-port", "http"), 2, "--metrics-port"),
+    Row(("agent", "--interval", "0"), 2, "--interval"),
+    Row(("agent", "--metrics-addr", "999.1.1.1", "--metrics-port", "9999"), 2,
+        "--metrics-addr"),
+    Row(("agent", "--config", "{dir}/missing.toml"), 2, "file"),
+    # the registry
+    Row(("job", "list"), 1, "jobs.json", TRUNCATED, "a truncated jobs.json"),
+    Row(("-j", "status"), 1, "jobs.json", TRUNCATED, "a truncated jobs.json"),
+    Row(("metrics",), 1, "jobs.json", TRUNCATED, "a truncated jobs.json"),
+    # job attach
+    Row(("job", "attach", "x", "--cgroup", "/", "--budget", "1MB"), 2, "--whole-host"),
+    Row(("job", "attach", "x", "--cgroup", "/", "--budget", "1MB"), 2, "--whole-host",
+        root=True),
+    Row(("job", "attach", "x", "--cgroup", "../../etc", "--budget", "1MB"), 2, "cgroup"),
+    Row(("job", "attach", "x", "--dst", "10.0.0.0:29500", "--budget", "1MB"), 3,
+        "run as root", note="valid input: only root may attach"),
+    Row(("job", "attach", "x", "--dst", "10.0.0.300", "--budget", "1MB"), 2, "dst"),
+    Row(("job", "attach", "x", "--dst", "fd00::1:29500", "--budget", "1MB"), 2, "dst"),
+    Row(("job", "attach", "x", "--dst", "", "--budget", "1MB"), 2, "dst"),
+    Row(("job", "attach", "x", "--dst", "10.0.0.1:0", "--budget", "1MB"), 2, "dst port"),
+    Row((*ATTACH, "--budget", "-5"), 2, "budget"),
+    Row((*ATTACH, "--budget", "1XB"), 2, "budget"),
+    Row((*ATTACH, "--budget", "2TiB"), 2, "budget"),
+    Row((*ATTACH, "--budget", "1.5"), 2, "budget"),
+    Row((*ATTACH, "--budget", "1MB", "--learn"), 2, "budget"),
+    Row((*ATTACH, "--budget", "1MB", "--slope", "nan"), 2, "--slope"),
+    Row((*ATTACH, "--budget", "1MB", "--slope", "100"), 2, "slope"),
+    Row((*ATTACH, "--budget", "1MB", "--cap", "0.5"), 2, "cap"),
+    Row((*ATTACH, "--budget", "1MB", "--gap-ms", "0"), 2, "gap_ms"),
+    Row((*ATTACH, "--budget", "1MB", "--stale-s", "0.5"), 2, "stale_s"),
+    Row((*ATTACH, "--budget", "1MB", "--cc", "vegas"), 2, "cc"),
+    Row((*ATTACH, "--budget", "1MB", "--preset", "nope"), 2, "preset"),
+    Row((*ATTACH, "--gradient-bytes", "1MB"), 2, "workers"),
+    Row((*ATTACH, "--gradient-bytes", "1MB", "--workers", "2", "--collective", "nope"), 2,
+        "collective"),
+    Row((*ATTACH, "--budget", "1MB", "--local-port", "65536"), 2, "--local-port"),
+    Row(("job", "attach", "x", "--budget", "1MB"), 2, "cgroup"),
+    Row(("job", "attach", "bad name!", "--port", "1", "--budget", "1MB"), 2, "name"),
+    Row(("-j", *ATTACH, "--budget", "1XB"), 2, "budget"),
+    # other job and module commands
+    Row(("job",), 2, "SUBCOMMAND"),
+    Row(("job", "detach"), 2, "name"),
+    Row(("job", "detach", "nosuch"), 2, "name", root=True),
+    Row(("job", "signal", "nosuch"), 2, "name"),
+    Row(("job", "signal", "nosuch"), 2, "name", root=True),
+    Row(("load", "vegas"), 2, "module"),
+    Row(("unload",), 2, "modules"),
+    # apply
+    Row(("apply", "{dir}/jobs.toml", "--dry-run"), 2, "job[0].bogus",
+        (("jobs.toml", _job_file("bogus = 1\n")),), "a job with an unknown key"),
+    Row(("apply", "{dir}/jobs.toml", "--dry-run"), 2, "job[0].slope",
+        (("jobs.toml", _job_file('slope = "x"\n')),), "slope = \"x\""),
+    Row(("apply", "{dir}/jobs.toml", "--dry-run"), 2, "job[0].port",
+        (("jobs.toml", _job_file("").replace("[29500]", "[true]")),), "port = [true]"),
+    Row(("apply", "{dir}/jobs.toml"), 2, "foo", (("jobs.toml", "foo = 1\n"),),
+        "an unknown top-level key"),
+    Row(("apply", "{dir}/jobs.toml"), 2, "TOML", (("jobs.toml", 'modules = ["cubic"\n'),),
+        "broken TOML"),
+    Row(("apply", "{dir}/jobs.toml"), 2, "UTF-8", (("jobs.toml", b"\xff\xfe"),),
+        "not UTF-8"),
+    Row(("apply", "{dir}/jobs.toml", "--dry-run"), 2, "declared twice",
+        (("jobs.toml", _job_file("") + _job_file("").replace("29500", "29501")),),
+        "one job name twice"),
+    Row(("apply", "{dir}/missing.toml"), 2, "file"),
+    Row(("-j", "apply", "{dir}/jobs.toml", "--dry-run"), 2, "job[0].bogus",
+        (("jobs.toml", _job_file("bogus = 1\n")),), "a job with an unknown key"),
+    # dcqcn
+    Row(("dcqcn", "run", "--budget", "1MB", "--duration-s", "nan"), 2, "--duration-s"),
+    Row(("dcqcn", "run", "--iface", "x", "--budget", "1MB", "--backend", "defaults"), 2,
+        "--advise"),
+    Row((*ADVISE, "--budget", "1XB"), 2, "budget"),
+    Row((*ADVISE, "--budget", "1MB", "--counter", "bogus"), 2, "counter"),
+    Row((*ADVISE, "--budget", "1MB", "--gap-ms", "1", "--poll-ms", "2"), 2, "gap_ms"),
+    Row((*ADVISE, "--budget", "1MB", "--slope", "100"), 2, "slope"),
+    Row(("dcqcn", "run", "--budget", "1MB", "--iface", "nosuch0", "--state-dir",
+         "{dir}/dcqcn"), 3, "nosuch0", root=True),
+    Row(("dcqcn", "probe", "--backend", "nosuch"), 2, "--backend"),
+    Row(("dcqcn", "restore"), 2, "iface"),
+    Row(("dcqcn",), 2, "SUBCOMMAND"),
+    # the lab
+    Row(("run", "{dir}/s.toml", *FLUID), 2, "jobs[0].iterations",
+        (("s.toml", SCENARIO.replace("iterations = 40", "iterations = -3")),),
+        "a scenario with iterations = -3"),
+    Row(("run", "{dir}/s.toml", *FLUID), 2, "name", (("s.toml", '[topology]\nkind = "x"\n'),),
+        "a scenario without a name"),
+    Row(("run", "{dir}/s.toml", *FLUID), 2, "UTF-8", (("s.toml", b"\xff"),), "not UTF-8"),
+    Row(("run", "nosuch-scenario", *FLUID), 2, "scenario"),
+    Row(("run", "compatible-pair", *FLUID, "--scheme", "nosuch"), 2, "scheme"),
+    Row(("run", "compatible-pair", "--backend", "fluid", "--out", "/dev/null/x"), 2, "--out"),
+    Row(("run", "compatible-pair", "--backend", "nosuch", "--out", "{dir}/out"), 2,
+        "--backend"),
+    Row(("run", "compatible-pair", *FLUID, "--parallel", "0"), 2, "--parallel"),
+    Row(("compare", "compatible-pair", *FLUID, "--seed", "99999999999"), 2, "--seed"),
+    Row((*SWEEP, "--param", "load=inf"), 2, "param.load"),
+    Row((*SWEEP, "--param", "slope"), 2, "param"),
+    Row((*SWEEP, "--param", "bogus=1"), 2, "bogus"),
+    Row((*SWEEP, "--param", "compute_ms=nan"), 2, "param.compute_ms"),
+    Row((*SWEEP, "--param", "slope=1", "--seeds", "5-1"), 2, "seeds"),
+    Row((*SWEEP, "--param", "slope=1", "--backend", "dcqcn", "--f-steps", "3"), 2,
+        "f-steps"),
+    Row((*SWEEP, "--param", "slope=1", "--scheduler", "nonsense"), 2, "scheduler"),
+    Row(("demo", "--seeds", "x"), 2, "seeds"),
+    Row(("demo", "--live", "--cc", "vegas"), 2, "--cc"),
+    Row(("demo", "--live", "--iterations", "0"), 2, "--iterations"),
+    Row(("demo", "--json"), 2, "--json"),
+    Row(("testbed", "nuke"), 2, "action"),
+    Row(("backends", "--check", "--bogus"), 2, "--bogus"),
+    # -j where a command has no JSON, and no command at all
+    Row(("-j", "metrics"), 2, "--json"),
+    Row(("metrics", "--json"), 2, "--json"),
+    Row(("-j", "agent"), 2, "--json"),
+    Row(("-j", "demo"), 2, "--json"),
+    Row(("-j", "dcqcn", "run", "--budget", "1MB"), 2, "--json"),
+    Row(("-j", "run", "compatible-pair", *FLUID), 2, "--json"),
+    Row(("-j", "nosuch"), 2, "COMMAND"),
+    Row(("-j",), 2, "COMMAND"),
+]
+
+
+@dataclass(frozen=True)
+class Answer:
+    code: int
+    stdout: str
+    stderr: str
+
+
+def _as_nobody() -> list[str]:
+    """The prefix that runs a command as nobody (root only)."""
+    return [shutil.which("setpriv") or "setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
+            "--clear-groups", "--inh-caps=-all"]
+
+
+@functools.cache
+def _nobody_cannot_run() -> str | None:
+    """As root: why nobody cannot run this interpreter on this checkout, or None."""
+    if not shutil.which("setpriv"):
+        return "as root, needs setpriv (util-linux) to run the row as nobody"
+    probe = subprocess.run([*_as_nobody(), sys.executable, "-c", "import mltcp"],
+                           capture_output=True, text=True, cwd="/",
+                           env={**os.environ, "PYTHONPATH": str(REPO)})
+    if probe.returncode != 0:
+        return (f"as root, nobody must be able to run {sys.executable} and read {REPO} to "
+                f"run the row unprivileged ({probe.stderr.strip()[-120:]}); run this file "
+                "as an unprivileged user")
+    return None
+
+
+def why_not_runnable(row: Row) -> str | None:
+    """Why this row cannot run here (as the user it needs), or None."""
+    root = os.geteuid() == 0
+    if row.root and not root:
+        return "needs root: the check behind it is reached only as root"
+    if not row.root and root:
+        return _nobody_cannot_run()
+    return None
+
+
+def run(row: Row) -> Answer:
+    """Run the row's command in a directory of its own; the answer, with that directory
+    shown as DIR."""
+    base = Path(tempfile.mkdtemp(prefix="mltcp-bad-input-"))
+    try:
+        os.chmod(base, 0o777)            # nobody writes its state and outputs here
+        for name, content in row.files:
+            path = base / name.replace("{dir}/", "")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.chmod(path.parent, 0o777)
+            if isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                path.write_text(content)
+        argv = [a.replace("{dir}", str(base)) for a in row.argv]
+        env = {**os.environ, "PYTHONPATH": str(REPO), "MLTCP_STATE_DIR": str(base / "state"),
+               "MLTCP_PIN_ROOT": str(base / "no-pins"), "HOME": str(base),
+               "XDG_CACHE_HOME": str(base / "cache")}
+        prefix = _as_nobody() if os.geteuid() == 0 and not row.root else []
+        proc = subprocess.run([*prefix, sys.executable, "-m", "mltcp.cli", *argv],
+                              capture_output=True, text=True, env=env, cwd=base,
+                              timeout=TIMEOUT_S)
+        shown = proc.stderr.replace(str(base), "DIR")
+        return Answer(proc.returncode, proc.stdout, shown)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+NOT_RECORDED = "(not recorded: run scripts/bad_input_table.py as root)"
+
+
+def doc_line(row: Row, answer: Answer | None) -> str:
+    """The row in docs/bad-input.md: input, exit code, the one line it answered."""
+    text = NOT_RECORDED if answer is None else \
+        (answer.stderr.strip() or "(nothing on stderr)").replace("|", "\\|")
+    code = row.code if answer is None else answer.code
+    return f"| {row.cell} | {code} | {text} |"
+
+
+def doc_rows() -> dict[str, tuple[int, str]]:
+    """``docs/bad-input.md`` as {input cell: (exit code, answer)}."""
+    out = {}
+    for line in DOC.read_text().splitlines():
+        m = re.match(r"^\| (`.+?) \| (\d+) \| (.*) \|$", line)
+        if m:
+            out[m.group(1)] = (int(m.group(2)), m.group(3))
+    return out
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.cell.replace("`", "") for r in ROWS])
+def test_bad_input_is_one_line_naming_it(row: Row) -> None:
+    why = why_not_runnable(row)
+    if why:
+        pytest.skip(why)
+    answer = run(row)
+    assert "Traceback" not in answer.stderr, answer.stderr
+    lines = answer.stderr.splitlines()
+    assert len(lines) == 1, f"not one line: {answer.stderr!r}"
+    assert lines[0].startswith("mltcp: error: "), lines[0]
+    assert row.says in lines[0], f"{row.says!r} not in {lines[0]!r}"
+    assert answer.code == row.code, (answer.code, lines[0])
+    assert answer.stdout == "", answer.stdout
+
+
+def test_the_table_has_the_rows_the_issue_asks_for() -> None:
+    commands = {r.command for r in ROWS}
+    for wanted in ("mltcp status --watch -1", "mltcp agent --metrics-port 70000",
+                   "mltcp sweep compatible-pair --out DIR/out --param load=inf",
+                   "mltcp dcqcn run --budget 1MB --duration-s nan",
+                   "mltcp job attach x --cgroup / --budget 1MB",
+                   "mltcp job attach x --dst 10.0.0.0:29500 --budget 1MB"):
+        assert wanted in commands, wanted
+    assert len({r.cell for r in ROWS}) == len(ROWS), "two rows with one input cell"
+
+
+def test_the_doc_has_every_row_with_its_code_and_answer() -> None:
+    """docs/bad-input.md is written by scripts/bad_input_table.py from ROWS: every row is
+    there, with the code the row expects and an answer naming what the row says."""
+    documented = doc_rows()
+    stale = "; run scripts/bad_input_table.py"
+    for row in ROWS:
+        assert row.cell in documented, f"{row.cell} is not in {DOC.name}{stale}"
+        code, answer = documented[row.cell]
+        assert code == row.code, f"{row.cell}: exit {code} in {DOC.name}{stale}"
+        if answer != NOT_RECORDED:
+            assert answer.startswith("mltcp: error: ") and row.says in answer, \
+                f"{row.cell}: {answer!r}{stale}"
+    assert len(documented) == len(ROWS), f"{DOC.name} has rows the table has not{stale}"
