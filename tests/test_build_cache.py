@@ -118,7 +118,6 @@ def test_root_caches_an_installed_package_in_var_cache(
     monkeypatch.delenv("MLTCP_BUILD_DIR", raising=False)
     monkeypatch.setenv("MLTCP_KERNEL_SRC", str(_installed_sources(tmp_path)))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.setattr(os, "umask", os.umask)   # restored below either way
     created = [p for p in (Path("/var/cache/mltcp"), build.SYSTEM_CACHE) if not p.exists()]
     old = os.umask(0o002)      # a group-writable umask must not make a writable cache
     try:
