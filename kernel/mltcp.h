@@ -39,10 +39,6 @@ char _license[] SEC("license") = "GPL";
 
 #define MLTCP_JOB_ENABLED 0x1
 
-/* Sanity bounds for the window repair (see mltcp_repair): a real window is far below
- * 2^20 segments (1.4 GB in flight; 400 Gbit/s x 1 ms is 34k segments). */
-#define MLTCP_SANE_WINDOW (1U << 20)
-#define TCP_INFINITE_SSTHRESH 0x7fffffff
 
 /* Module ids, also used by the sockops classifier to pick the CC to set. */
 #define MLTCP_CC_NONE 0
@@ -127,14 +123,24 @@ struct mltcp_sk_tag {
 	__u32 job_id;
 };
 
-/* Per-flow state kept in the CC's private area, after the algorithm's own. */
+/*
+ * Per-flow state kept in the CC's private area, after the algorithm's own.
+ * icsk_ca_priv is 104 bytes and MLTCP-CUBIC fills it to the byte: keep this small
+ * (the ACK counter and the report clock are 32-bit, wrap-safe differences).
+ */
 struct mltcp_flow {
 	__u32 job_id;
 	__u32 f_fp;
-	__u64 last_bytes_acked;
-	__u64 next_report_ns;
-	__u32 frac;           /* fractional scaled ACK carried to the next ACK (Q16) */
-	__u32 flags;
+	__u32 last_bytes_acked;  /* low 32 bits of tp->bytes_acked at the previous ACK */
+	__u32 next_report_us;    /* (ktime >> 10) of the next flow-table refresh */
+	__u16 frac;              /* fractional scaled ACK carried to the next ACK (Q16) */
+	__u8 reducing;           /* the previous ACK found a reduction in progress: 1 CWR, 2 Recovery */
+	__u8 _pad;
+	/* The window reduction this module decided (see mltcp_control_begin). */
+	__u32 ssthresh;          /* its ssthresh for the current episode */
+	__u32 episode_seq;       /* tp->high_seq of that episode */
+	__u32 prr_delivered;     /* PRR: packets delivered since the episode began */
+	__u32 cwnd_set;          /* the window it left on the previous ACK; 0 = none yet */
 };
 
 struct {
@@ -169,11 +175,12 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } mltcp_rules SEC(".maps");
 
-/* Host-wide datapath health counters (one entry). */
+/* Host-wide datapath health counters (one entry): how often the kernel fault of
+ * mltcp_control_begin() reached a module, and was kept away from the window. */
 struct mltcp_health {
-	__u64 ssthresh_repairs;  /* garbage ssthresh handed back to TCP, replaced */
-	__u64 cwnd_repairs;      /* garbage cwnd found, replaced */
-	__u64 last_bad;          /* the last garbage value seen */
+	__u64 ssthresh_overrides; /* TCP held another ssthresh than the module decided */
+	__u64 cwnd_contained;     /* TCP held a window above any the module allows */
+	__u64 last_bad;           /* the last such value */
 };
 
 struct {
@@ -267,14 +274,19 @@ static __always_inline void mltcp_flow_init(struct sock *sk, struct mltcp_flow *
 {
 	fl->job_id = mltcp_classify(sk);
 	fl->f_fp = MLTCP_FP_ONE;
-	fl->last_bytes_acked = mltcp_tcp_sk(sk)->bytes_acked;
+	fl->last_bytes_acked = (__u32)mltcp_tcp_sk(sk)->bytes_acked;
 	/* Selected before the handshake (sockops at connect): bytes_acked will count the
 	 * SYN's sequence number, which is not data. */
 	if (sk->__sk_common.skc_state == TCP_SYN_SENT)
 		fl->last_bytes_acked += 1;
-	fl->next_report_ns = 0;
+	fl->next_report_us = 0;
 	fl->frac = 0;
-	fl->flags = 0;
+	fl->reducing = 0;
+	fl->_pad = 0;
+	fl->ssthresh = 0;
+	fl->episode_seq = 0;
+	fl->prr_delivered = 0;
+	fl->cwnd_set = 0;
 }
 
 static __always_inline void mltcp_flow_release(struct sock *sk)
@@ -285,41 +297,188 @@ static __always_inline void mltcp_flow_release(struct sock *sk)
 }
 
 /*
- * Work around a kernel fault seen on Linux 6.18 (docs/known-issues.md): now and then
- * the u32 that a BPF struct_ops ssthresh()/undo_cwnd() returns reaches TCP as a stale
- * stack word (0x81104110, the low half of an address in the SRSO return thunk), and
- * PRR then turns it into a window of millions of segments.  Any BPF congestion control
- * is hit, native ones are not.  Called from set_state() (which TCP runs right after
- * ssthresh() and before PRR uses it) and on every ACK: an ssthresh or cwnd beyond any
- * real window is replaced by what the algorithm would have set, computed from the
- * window before the reduction (prior_cwnd, maintained by TCP itself).
+ * The window is the module's own: every module sets TCP's window through
+ * cong_control() instead of cong_avoid(), the reduction (PRR, RFC 6937) included.
+ *
+ * Why.  On Linux 6.18 (docs/known-issues.md) the u32 a struct_ops op returns -
+ * ssthresh() when a reduction begins, undo_cwnd() on an undo - sometimes reaches
+ * TCP as a stale stack word instead (e.g. 0x822034e5, the low half of a return-thunk
+ * address), and whole invocations of an op can be lost when the programs nest on one
+ * CPU.  With cong_avoid(), TCP's own PRR turns a garbage ssthresh into a window of
+ * hundreds of millions of segments and bursts on the very ACK that brought it;
+ * repairing it from the next callback is too late.  With cong_control(), TCP's PRR
+ * and growth are bypassed and this code, which runs on every ACK after TCP's
+ * loss/ECN/undo processing and before anything is sent, decides the window from the
+ * module's own state:
+ *  - the reduction's ssthresh is the one the module computed (recorded by its
+ *    ssthresh() op, or computed here from prior_cwnd when that invocation was lost),
+ *    written back over whatever TCP holds, and PRR runs on it;
+ *  - at the end of a reduction the window is set to that ssthresh, as TCP does for
+ *    cong_avoid() CCs (TCP leaves it to cong_control() ones);
+ *  - TCP may lower the window (RTO, idle restart, MTU probing) but raises it only
+ *    by an undo, whose value this module defines:
+ *    at most the larger of the window before the reduction (prior_cwnd) and the one
+ *    it set itself.  A window above that did not come from TCP's logic and is capped.
+ * Both are counted in mltcp_health.  With F = 1 the result equals the kernel's own
+ * cong_avoid path (tcp_cong_control(): PRR, tcp_may_raise_cwnd, pacing rate).
  */
-static __always_inline void mltcp_repair(struct sock *sk, __u32 expected_ssthresh)
-{
-	struct tcp_sock *tp = mltcp_tcp_sk(sk);
-	struct mltcp_health *h;
-	__u32 zero = 0, bad = 0, fixed = 0;
 
-	if (tp->snd_ssthresh != TCP_INFINITE_SSTHRESH && tp->snd_ssthresh > MLTCP_SANE_WINDOW) {
-		bad = tp->snd_ssthresh;
-		tp->snd_ssthresh = expected_ssthresh;
-		fixed = 1;
-	}
-	if (tp->snd_cwnd > MLTCP_SANE_WINDOW) {
-		bad = tp->snd_cwnd;
-		tp->snd_cwnd = tp->snd_ssthresh < MLTCP_SANE_WINDOW ? tp->snd_ssthresh : 10;
-		fixed |= 2;
-	}
-	if (!fixed)
-		return;
+/* TCP's ACK flags (net/ipv4/tcp_input.c: macros, so not in vmlinux.h). */
+#define MLTCP_FLAG_DATA_ACKED 0x04
+#define MLTCP_FLAG_SYN_ACKED 0x10
+#define MLTCP_FLAG_DATA_SACKED 0x20
+#define MLTCP_FLAG_SND_UNA_ADVANCED 0x400
+#define MLTCP_FLAG_FORWARD_PROGRESS \
+	(MLTCP_FLAG_DATA_ACKED | MLTCP_FLAG_SYN_ACKED | MLTCP_FLAG_DATA_SACKED)
+#define MLTCP_USEC_PER_SEC 1000000ULL
+
+static __always_inline void mltcp_health_count(int which, __u64 bad)
+{
+	struct mltcp_health *h;
+	__u32 zero = 0;
+
 	h = bpf_map_lookup_elem(&mltcp_health, &zero);
 	if (!h)
 		return;
-	if (fixed & 1)
-		__sync_fetch_and_add(&h->ssthresh_repairs, 1);
-	if (fixed & 2)
-		__sync_fetch_and_add(&h->cwnd_repairs, 1);
+	if (which)
+		__sync_fetch_and_add(&h->cwnd_contained, 1);
+	else
+		__sync_fetch_and_add(&h->ssthresh_overrides, 1);
 	h->last_bad = bad;
+}
+
+/* Called by a module's ssthresh() op with the value it returns: the reduction that
+ * begins now (TCP set high_seq = snd_nxt for CWR/Recovery and sets it to snd_nxt right
+ * after for Loss) is the module's. */
+static __always_inline __u32 mltcp_note_ssthresh(struct sock *sk, struct mltcp_flow *fl,
+						 __u32 ssthresh)
+{
+	fl->ssthresh = ssthresh;
+	fl->episode_seq = mltcp_tcp_sk(sk)->snd_nxt;
+	fl->prr_delivered = 0;
+	return ssthresh;
+}
+
+static __always_inline __u32 mltcp_in_flight(const struct tcp_sock *tp)
+{
+	return tp->packets_out - (tp->sacked_out + tp->lost_out) + tp->retrans_out;
+}
+
+/*
+ * First part of every module's cong_control(): keep TCP's window and ssthresh to
+ * the module's decisions.  ``fallback_ssthresh`` is the algorithm's ssthresh for a
+ * window of prior_cwnd, used when the ssthresh() invocation of this reduction was
+ * lost.  Returns 1 while a reduction (CWR, Recovery) is in progress: the caller then
+ * runs mltcp_prr() instead of growing the window.
+ */
+static __always_inline int mltcp_control_begin(struct sock *sk, struct mltcp_flow *fl,
+					       __u32 fallback_ssthresh)
+{
+	struct tcp_sock *tp = mltcp_tcp_sk(sk);
+	__u8 state = mltcp_icsk(sk)->icsk_ca_state;
+	__u32 bound;
+
+	if (fl->cwnd_set) {
+		bound = fl->cwnd_set > tp->prior_cwnd ? fl->cwnd_set : tp->prior_cwnd;
+		if (tp->snd_cwnd > bound) {
+			mltcp_health_count(1, tp->snd_cwnd);
+			tp->snd_cwnd = bound;
+		}
+	}
+	if (state < TCP_CA_CWR) {
+		/* The reduction ended on this ACK.  TCP leaves the window to a cong_control()
+		 * CC (tcp_end_cwnd_reduction()); set it as TCP does for the others: to the
+		 * ssthresh after CWR, or after Recovery unless it was undone. */
+		if (fl->reducing && fl->ssthresh &&
+		    (fl->reducing == 1 || tp->undo_marker)) {
+			tp->snd_cwnd = fl->ssthresh;
+			tp->snd_cwnd_stamp = (__u32)bpf_jiffies64();
+		}
+		fl->reducing = 0;
+		return 0;
+	}
+	fl->reducing = state == TCP_CA_CWR ? 1 : state == TCP_CA_Recovery ? 2 : 0;
+	if (fl->episode_seq != tp->high_seq) {
+		/* Not recorded by ssthresh(): for Loss, TCP moves high_seq after the call; or
+		 * the invocation was lost.  TCP's value is the module's if it could be one (no
+		 * algorithm here sets ssthresh above the window it reduces from). */
+		bound = tp->prior_cwnd > 2 ? tp->prior_cwnd : 2;
+		fl->ssthresh = tp->snd_ssthresh <= bound ? tp->snd_ssthresh : fallback_ssthresh;
+		fl->episode_seq = tp->high_seq;
+		fl->prr_delivered = 0;
+	}
+	if (tp->snd_ssthresh != fl->ssthresh) {
+		mltcp_health_count(0, tp->snd_ssthresh);
+		tp->snd_ssthresh = fl->ssthresh;
+	}
+	return state == TCP_CA_CWR || state == TCP_CA_Recovery;
+}
+
+/* Proportional rate reduction (RFC 6937) toward the module's ssthresh, as the
+ * kernel's tcp_cwnd_reduction() does toward tp->snd_ssthresh; prr_delivered is kept
+ * here (TCP's field is not writable from BPF, and TCP only updates it in its own PRR). */
+static __always_inline void mltcp_prr(struct sock *sk, struct mltcp_flow *fl,
+				      const struct rate_sample *rs, int flag)
+{
+	struct tcp_sock *tp = mltcp_tcp_sk(sk);
+	int newly = (int)rs->acked_sacked;
+	__u32 in_flight = mltcp_in_flight(tp);
+	int delta = (int)fl->ssthresh - (int)in_flight;
+	int sndcnt;
+
+	if (newly <= 0 || !tp->prior_cwnd)
+		return;
+	fl->prr_delivered += newly;
+	if (delta < 0) {
+		__u64 dividend = (__u64)fl->ssthresh * fl->prr_delivered + tp->prior_cwnd - 1;
+
+		sndcnt = (int)(dividend / tp->prior_cwnd) - (int)tp->prr_out;
+	} else {
+		sndcnt = (int)fl->prr_delivered - (int)tp->prr_out;
+		if (sndcnt < newly)
+			sndcnt = newly;
+		if ((flag & MLTCP_FLAG_SND_UNA_ADVANCED) && !rs->losses)
+			sndcnt++;
+		if (sndcnt > delta)
+			sndcnt = delta;
+	}
+	if (sndcnt < 0 || (!tp->prr_out && sndcnt < 1))  /* fast retransmit on entry */
+		sndcnt = tp->prr_out ? 0 : 1;
+	tp->snd_cwnd = in_flight + sndcnt;
+}
+
+/* tcp_may_raise_cwnd(): grow on in-order delivery, or on any progress once the path
+ * is known to reorder. */
+static __always_inline int mltcp_may_raise(struct sock *sk, int flag)
+{
+	int reordering = sk->__sk_common.skc_net.net->ipv4.sysctl_tcp_reordering;
+
+	if (mltcp_tcp_sk(sk)->reordering > (__u32)reordering)
+		return flag & MLTCP_FLAG_FORWARD_PROGRESS;
+	return flag & MLTCP_FLAG_DATA_ACKED;
+}
+
+/* Last part of every module's cong_control(): remember the window it leaves and set
+ * the pacing rate as tcp_update_pacing_rate() would (TCP skips it for cong_control). */
+static __always_inline void mltcp_control_end(struct sock *sk, struct mltcp_flow *fl, int grew)
+{
+	struct tcp_sock *tp = mltcp_tcp_sk(sk);
+	struct net *net = sk->__sk_common.skc_net.net;
+	__u32 cwnd = tp->snd_cwnd;
+	__u64 rate;
+
+	if (grew)
+		tp->snd_cwnd_stamp = (__u32)bpf_jiffies64();
+	fl->cwnd_set = cwnd;
+	rate = (__u64)tp->mss_cache * ((MLTCP_USEC_PER_SEC / 100) << 3);
+	if (cwnd < tp->snd_ssthresh / 2)
+		rate *= net->ipv4.sysctl_tcp_pacing_ss_ratio;
+	else
+		rate *= net->ipv4.sysctl_tcp_pacing_ca_ratio;
+	rate *= cwnd > tp->packets_out ? cwnd : tp->packets_out;
+	if (tp->srtt_us)
+		rate /= tp->srtt_us;
+	sk->sk_pacing_rate = rate < sk->sk_max_pacing_rate ? rate : sk->sk_max_pacing_rate;
 }
 
 /* F = intercept + slope * min(bytes/budget, 1), optionally capped; Q16.16. */
@@ -403,14 +562,14 @@ static __always_inline __u32 mltcp_on_ack(struct sock *sk, struct mltcp_flow *fl
 	struct mltcp_job_state *st;
 	struct mltcp_job_cfg *cfg;
 	__u64 acked = tp->bytes_acked;
-	__u64 delta = acked - fl->last_bytes_acked;
+	__u64 delta = (__u32)((__u32)acked - fl->last_bytes_acked);
 	__u32 job = fl->job_id;
 	__u64 now, budget, tail;
 	__s64 age;
 	int stale = 0;
 	__u32 f;
 
-	fl->last_bytes_acked = acked;
+	fl->last_bytes_acked = (__u32)acked;
 	if (!job || job >= MLTCP_MAX_JOBS) {
 		fl->f_fp = MLTCP_FP_ONE;
 		return MLTCP_FP_ONE;
@@ -457,11 +616,11 @@ static __always_inline __u32 mltcp_on_ack(struct sock *sk, struct mltcp_flow *fl
 	bpf_spin_unlock(&st->lock);
 out:
 	fl->f_fp = f;
-	if (now >= fl->next_report_ns) {
+	if (!fl->next_report_us || (__s32)((__u32)(now >> 10) - fl->next_report_us) >= 0) {
 		struct mltcp_flow_info *info;
 		__u64 key = (__u64)sk;
 
-		fl->next_report_ns = now + MLTCP_REPORT_NS;
+		fl->next_report_us = (__u32)((now + MLTCP_REPORT_NS) >> 10) | 1;
 		info = bpf_map_lookup_elem(&mltcp_flows, &key);
 		if (!info) {
 			struct mltcp_flow_info init = {};
@@ -536,7 +695,7 @@ static __always_inline __u32 mltcp_scale_acked(struct sock *sk, struct mltcp_flo
 	if (fl->f_fp == MLTCP_FP_ONE || tp->snd_cwnd < tp->snd_ssthresh)
 		return acked;
 	scaled = (__u64)acked * fl->f_fp + fl->frac;
-	fl->frac = scaled & (MLTCP_FP_ONE - 1);
+	fl->frac = (__u16)(scaled & (MLTCP_FP_ONE - 1));
 	return (__u32)(scaled >> MLTCP_FP_SHIFT);
 }
 

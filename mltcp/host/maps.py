@@ -126,12 +126,14 @@ class Marker(ctypes.Structure):
 
 
 class Health(ctypes.Structure):
-    _fields_ = [("ssthresh_repairs", ctypes.c_uint64), ("cwnd_repairs", ctypes.c_uint64),
+    """How often the kernel fault of docs/known-issues.md reached a module and was kept
+    away from the window (kernel/mltcp.h: mltcp_control_begin)."""
+    _fields_ = [("ssthresh_overrides", ctypes.c_uint64), ("cwnd_contained", ctypes.c_uint64),
                 ("last_bad", ctypes.c_uint64)]
 
 
 def read_health() -> Health:
-    """Host-wide repair counters of the datapath (zeros when nothing is loaded)."""
+    """Host-wide kernel-fault counters of the datapath (zeros when nothing is loaded)."""
     if not pin_path("mltcp_health").exists():
         return Health()
     with PinnedMap("mltcp_health") as m:
