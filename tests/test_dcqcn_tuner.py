@@ -475,6 +475,8 @@ def test_a_snapshot_left_behind_blocks_a_new_run(tmp_path: Path) -> None:
     first, feed, clock = make_tuner(root, tmp_path / "state")
     first.start()
     poll(first, feed, clock, 250_000)  # tuned, then "crashed": never closed
+    assert first.lock is not None
+    first.lock.release()  # as the kernel does when a tuner dies
     left = (tmp_path / "state/eth0.json").read_bytes()
     second, _, _ = make_tuner(root, tmp_path / "state")
     with pytest.raises(SpecError) as err, second:
