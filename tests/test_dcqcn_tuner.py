@@ -22,7 +22,7 @@ from mltcp.cli import main as cli_main
 from mltcp.core.aggressiveness import Aggressiveness
 from mltcp.core.dcqcn.knobs import KNOB_BY_NAME, KNOBS, SOURCES, markdown_table
 from mltcp.core.dcqcn.policy import DcqcnPolicy, Mode, preset
-from mltcp.core.errors import CapabilityError, SpecError
+from mltcp.core.errors import CapabilityError, MltcpError, SpecError
 from mltcp.core.iteration import IterationTracker
 from mltcp.host.dcqcn.backends import (
     DryRunBackend,
@@ -475,6 +475,8 @@ def test_a_snapshot_left_behind_blocks_a_new_run(tmp_path: Path) -> None:
     first, feed, clock = make_tuner(root, tmp_path / "state")
     first.start()
     poll(first, feed, clock, 250_000)  # tuned, then "crashed": never closed
+    assert first.lock is not None
+    first.lock.release()  # as the kernel does when a tuner dies
     left = (tmp_path / "state/eth0.json").read_bytes()
     second, _, _ = make_tuner(root, tmp_path / "state")
     with pytest.raises(SpecError) as err, second:
@@ -619,3 +621,66 @@ def test_sigterm_restores_before_exiting(tmp_path: Path) -> None:
     assert "SIGTERM: stopping" in output and "restored rpg_time_reset, rpg_byte_reset" in output
     assert tree(root) == before
     assert not (state / "eth0.json").exists()
+
+
+def test_sighup_restores_before_exiting(tmp_path: Path) -> None:
+    """A dropped SSH session (SIGHUP) stops the tuner the way Ctrl-C does: knobs back."""
+    root, state = tmp_path / "root", tmp_path / "state"
+    make_sysfs(root)
+    before = tree(root)
+    proc = _start_tuner(root, tmp_path / "tx_bytes", state)
+    _drive_until_tuned(proc, root, tmp_path / "tx_bytes", state / "eth0.json")
+    assert tree(root) != before
+    proc.send_signal(signal.SIGHUP)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGHUP, output
+    assert "SIGHUP: stopping" in output and "restored rpg_time_reset, rpg_byte_reset" in output
+    assert tree(root) == before
+    assert not (state / "eth0.json").exists()
+
+
+def test_a_live_tuner_blocks_restore_and_a_second_run(tmp_path: Path) -> None:
+    root, state = tmp_path / "root", tmp_path / "state"
+    make_sysfs(root)
+    before = tree(root)
+    proc = _start_tuner(root, tmp_path / "tx_bytes", state)
+    try:
+        _drive_until_tuned(proc, root, tmp_path / "tx_bytes", state / "eth0.json")
+        tuned = tree(root)
+        restore = subprocess.run([sys.executable, "-m", "mltcp.cli", "dcqcn", "restore",
+                                  "--iface", IFACE, "--state-dir", str(state)],
+                                 cwd=REPO, capture_output=True, text=True, check=False)
+        assert restore.returncode == 1, restore.stdout + restore.stderr
+        [line] = restore.stderr.splitlines()
+        assert f"pid {proc.pid}" in line and f"kill {proc.pid}" in line and "--force" in line
+        second = subprocess.run(
+            [sys.executable, "-m", "mltcp.cli", "dcqcn", "run", "--root", str(root), "--iface",
+             IFACE, "--budget", "1000000", "--counter", f"file:{tmp_path / 'tx_bytes'}",
+             "--state-dir", str(state)], cwd=REPO, capture_output=True, text=True, check=False)
+        assert second.returncode == 1, second.stdout + second.stderr
+        assert f"pid {proc.pid}" in second.stderr and f"kill {proc.pid}" in second.stderr
+        assert tree(root) == tuned and (state / "eth0.json").exists()   # nothing touched
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM and tree(root) == before
+    after = subprocess.run([sys.executable, "-m", "mltcp.cli", "dcqcn", "restore", "--iface",
+                            IFACE, "--state-dir", str(state)],
+                           cwd=REPO, capture_output=True, text=True, check=False)
+    assert after.returncode == 0 and "nothing to restore" in after.stdout
+
+
+def test_a_tuner_holds_its_port_until_closed(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    make_sysfs(root)
+    first, feed, clock = make_tuner(root, tmp_path / "state")
+    second, _, _ = make_tuner(root, tmp_path / "state")
+    with first:
+        poll(first, feed, clock, 250_000)
+        with pytest.raises(MltcpError, match=f"eth0 is tuned by a live .*pid {os.getpid()}.*"
+                                             f"kill {os.getpid()}"):
+            second.start()
+        assert load(tmp_path / "state/eth0.json").ours   # the first one's marks, intact
+    with second:          # the first one restored and let go of the port
+        assert second.lock is not None and second.lock.held
+    assert values(root, "rpg_ai_rate") == [KNOB_BY_NAME["rpg_ai_rate"].default]

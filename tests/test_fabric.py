@@ -16,7 +16,7 @@ import pytest
 
 from mltcp.core.errors import SpecError
 from mltcp.host.namespaces import list_netns, nsenter_argv
-from mltcp.lab.emulation import fabric, netns, traffic
+from mltcp.lab.emulation import fabric, netns, owners, traffic
 from mltcp.lab.graph import LinkSpec, NetworkGraph
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0,
@@ -229,6 +229,36 @@ def test_sigterm_cleans_up():
     child.send_signal(signal.SIGTERM)
     assert child.wait(timeout=15) == -signal.SIGTERM
     assert not any(ns.startswith(tag) for ns in list_netns())
+
+
+def test_processes_a_fabric_started_die_with_its_sigkilled_parent():
+    """SIGKILL runs no teardown: what Fabric.run started must still not outlive the
+    process (setpriv --pdeathsig); the namespaces are left for `mltcp testbed clean`."""
+    tag = f"{OUR_PREFIX}orphan"
+    code = ("import os, time; from mltcp.lab.emulation import fabric\n"
+            f"f = fabric.dumbbell(2, 100, 50, prefix={tag!r})\n"
+            "p = f.run('h1', ['sleep', '60'])\n"
+            "time.sleep(0.5)\n"               # nsenter -> setpriv -> sleep: exec'd by now
+            "print(p.pid, os.getpgid(p.pid), flush=True); time.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert child.stdout is not None
+        pid, pgid = (int(x) for x in child.stdout.readline().split())
+        assert Path(f"/proc/{pid}/comm").read_text().strip() == "sleep"
+        assert pgid == pid != os.getpgid(child.pid)          # the fabric's own group
+        child.kill()
+        child.wait()
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not Path(f"/proc/{pid}").exists(), "the fabric's process outlived its parent"
+    finally:
+        child.kill()
+        netns.cleanup_leftovers(tag)
+        for record in owners.records():     # the killed process's claim (as clean does)
+            if not record.alive:
+                owners.forget(record)
 
 
 def test_cleanup_leftovers_removes_prefixed_namespace():

@@ -16,23 +16,31 @@ are one line too, :class:`Parser`).
 
 Exit codes: 0 success; 1 a command failed (a kernel or system call, a run); 2 bad
 input (a one-line message naming the field and the fix); 3 the host lacks a
-capability (root, BTF, a tool, an optional package); 130 interrupted.
+capability (root, BTF, a tool, an optional package); 128 + N stopped by signal N after
+tearing down what it had set up: 130 Ctrl-C (SIGINT), 129 SIGHUP (a dropped SSH session),
+143 SIGTERM.  Commands that change the host while they run (``run``, ``compare``,
+``demo``, ``sweep``, ``dcqcn run``: parsers with ``teardown_signals=True``) turn SIGTERM
+and SIGHUP into the same unwinding as Ctrl-C (:mod:`mltcp.core.signals`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
 from mltcp import __version__
 from mltcp.cli import dcqcn, host, lab
+from mltcp.core import signals
 from mltcp.core.errors import CapabilityError, MltcpError, SpecError
 
 # What the lab needs and a host install (no extras) does not have.
 LAB_PACKAGES = ("numpy", "matplotlib")
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CAPABILITY, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CAPABILITY = 0, 1, 2, 3
+EXIT_INTERRUPTED = signals.exit_code(signal.SIGINT)      # 130; SIGTERM 143, SIGHUP 129
 
 
 class Parser(argparse.ArgumentParser):
@@ -47,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="mltcp", description="MLTCP: congestion control that "
                                 "knows about distributed ML training.",
                                 epilog="exit codes: 0 ok, 1 failed, 2 bad input, "
-                                       "3 missing capability, 130 interrupted")
+                                       "3 missing capability, 128+N stopped by signal N "
+                                       "after teardown (130 Ctrl-C, 129 SIGHUP, 143 SIGTERM)")
     p.add_argument("--version", action="version", version=f"mltcp {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="full error details and logs")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
@@ -60,8 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    guard = (signals.unwinding() if getattr(args, "teardown_signals", False)
+             else contextlib.nullcontext())
     try:
-        return args.handler(args)
+        with guard:
+            return args.handler(args)
     except SpecError as exc:
         print(f"mltcp: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -80,9 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mltcp: error: `mltcp {args.cmd}` needs {exc.name}, which comes with the lab: "
               "pip install 'mltcp[lab]'", file=sys.stderr)
         return EXIT_CAPABILITY
-    except KeyboardInterrupt:
-        print("mltcp: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:    # Ctrl-C, or SIGTERM/SIGHUP under teardown_signals
+        signo = exc.signo if isinstance(exc, signals.Terminated) else signal.SIGINT
+        with contextlib.suppress(OSError):      # stderr may be gone with the SSH session
+            print(f"mltcp: interrupted ({signals.name(signo)})", file=sys.stderr)
+        return signals.exit_code(signo)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
 """Lab commands: ``run``, ``compare``, ``sweep``, ``backends``, ``testbed``, ``demo``.
 
-What a researcher runs.  Parsing needs only the backend registry's names (which
+What a researcher runs.  The commands that run scenarios stop on SIGTERM and SIGHUP
+the way they stop on Ctrl-C (``teardown_signals``: the testbed's namespaces, jobs,
+markers, module and job drivers are torn down, then the exit code is 128 + the signal).
+Parsing needs only the backend registry's names (which
 imports no backend); the pipeline (:mod:`mltcp.lab.runner`, numpy, matplotlib) is
 imported when a command runs.
 """
@@ -33,7 +36,7 @@ def register(sub: Any) -> None:
     rn.add_argument("--parallel", type=args_.integer(1, 64, "2"), default=1, metavar="N",
                     help="runs at once where the backend can (ns3: one process each; "
                          "default 1)")
-    rn.set_defaults(handler=cmd_run)
+    rn.set_defaults(handler=cmd_run, teardown_signals=True)
 
     cp = sub.add_parser("compare", help="every scheme of a scenario plus the dedicated "
                                         "baseline, side by side (report + table)")
@@ -44,7 +47,7 @@ def register(sub: Any) -> None:
                     help="only these seeds (repeatable)")
     cp.add_argument("--parallel", type=args_.integer(1, 64, "2"), default=1, metavar="N",
                     help="runs at once where the backend can (ns3; default 1)")
-    cp.set_defaults(handler=cmd_compare)
+    cp.set_defaults(handler=cmd_compare, teardown_signals=True)
 
     sw = sub.add_parser("sweep", help="a parameter grid on a backend (fluid by default), run "
                                       "on Dask (table + plots)")
@@ -64,7 +67,7 @@ def register(sub: Any) -> None:
                     help="local cluster: worker processes (default: one per core)")
     sw.add_argument("--f-steps", type=args_.integer(0, 1_000_000, "8"), default=None,
                     help="fluid: F re-evaluations per iteration (0: only at phase events)")
-    sw.set_defaults(handler=cmd_sweep)
+    sw.set_defaults(handler=cmd_sweep, teardown_signals=True)
 
     bk = sub.add_parser("backends", help="the backends scenarios can run on "
                                          "(--check: which can run on this host)")
@@ -74,7 +77,10 @@ def register(sub: Any) -> None:
 
     tb = sub.add_parser("testbed", help="emulated testbed housekeeping")
     tb.add_argument("action", choices=["clean"],
-                    help="clean: remove namespaces and jobs left by killed runs")
+                    help="clean: remove namespaces and jobs left by killed runs (those of "
+                         "live runs are kept and listed)")
+    tb.add_argument("--force", action="store_true",
+                    help="also remove the namespaces and jobs of runs that are still alive")
     tb.set_defaults(handler=cmd_testbed)
 
     dm = sub.add_parser("demo", help="MLTCP vs standard TCP on the default scenario, real "
@@ -93,7 +99,7 @@ def register(sub: Any) -> None:
                     help="--live: bottleneck rate (default %(default)s)")
     dm.add_argument("--json", metavar="FILE",
                     help="--live: also write the trace and the datapath samples here")
-    dm.set_defaults(handler=cmd_demo)
+    dm.set_defaults(handler=cmd_demo, teardown_signals=True)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -154,8 +160,10 @@ def cmd_backends(args: argparse.Namespace) -> int:
 def cmd_testbed(args: argparse.Namespace) -> int:
     from mltcp.lab.emulation import testbed
 
-    removed = testbed.clean()
-    print("removed " + (", ".join(removed) or "nothing"))
+    report = testbed.clean(force=args.force)
+    print("removed " + (", ".join(report.removed) or "nothing"))
+    for line in report.kept:
+        print(f"{line}: `mltcp testbed clean --force` removes them too")
     return 0
 
 

@@ -12,8 +12,10 @@ Facts about this host that shaped them (measured):
 * A process inside keeps a namespace (and its veths and qdiscs) alive after ``ip
   netns del``, so deleting one kills what runs in it first.
 * Every namespace this project creates is named with :data:`PROJECT_PREFIX`, so
-  ``mltcp testbed clean`` finds the leftovers of runs that died without cleaning up;
-  whatever is alive is closed at interpreter exit and on SIGTERM.
+  ``mltcp testbed clean`` finds the leftovers of runs that died without cleaning up
+  (and spares those of live runs: :mod:`mltcp.lab.emulation.owners`); whatever is
+  alive is closed at interpreter exit, and on SIGTERM unless the program unwinds on
+  signals (the CLI does: :mod:`mltcp.core.signals`).
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Protocol
 
+from mltcp.core import signals
 from mltcp.core.errors import CapabilityError, MltcpError, SpecError
 from mltcp.host.namespaces import list_netns, nsenter_argv
 
@@ -177,12 +180,14 @@ def stop_process(proc: subprocess.Popen[Any]) -> None:
         proc.wait()
 
 
-def cleanup_leftovers(prefix: str = PROJECT_PREFIX) -> list[str]:
-    """Delete every namespace whose name starts with ``prefix``; return their names.
+def cleanup_leftovers(prefix: str = PROJECT_PREFIX, keep: Collection[str] = ()) -> list[str]:
+    """Delete every namespace whose name starts with ``prefix``, except those in
+    ``keep``; return their names.
 
     For runs that died without cleaning up (SIGKILL, power loss).  Processes inside
-    are killed first so the namespaces really go away.  Note that the default prefix
-    also matches fabrics of *other* live processes.
+    are killed first so the namespaces really go away.  The default prefix also matches
+    fabrics of *other* live processes: ``mltcp testbed clean`` keeps those of live runs
+    (:mod:`mltcp.lab.emulation.owners`).
     """
     if not prefix.startswith(PROJECT_PREFIX):
         raise SpecError(
@@ -191,7 +196,7 @@ def cleanup_leftovers(prefix: str = PROJECT_PREFIX) -> list[str]:
         )
     removed = []
     for ns in list_netns():
-        if ns.startswith(prefix):
+        if ns.startswith(prefix) and ns not in keep:
             delete_netns(ns)
             removed.append(ns)
     return removed
@@ -250,7 +255,12 @@ def _close_all_live() -> None:
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    """Tear the namespaces down, then behave as the previous SIGTERM handler would."""
+    """Tear the namespaces down, then behave as the previous SIGTERM handler would.
+
+    The last resort of a program that uses fabrics and handles no signal.  The CLI's
+    commands unwind instead (:mod:`mltcp.core.signals`), which tears down the run's
+    jobs, markers, module and processes as well; while that handler is installed this
+    one stays out (and if it comes later, it replaces this one for SIGTERM)."""
     _close_all_live()
     prev = _PREV_SIGTERM
     if callable(prev):
@@ -271,7 +281,7 @@ def track(obj: Closable) -> None:
     atexit.register(_close_all_live)
     if threading.current_thread() is threading.main_thread():
         prev = signal.getsignal(signal.SIGTERM)
-        if prev is not _on_sigterm:
+        if prev is not _on_sigterm and not signals.unwinds(prev):
             _PREV_SIGTERM = prev
             signal.signal(signal.SIGTERM, _on_sigterm)
 
