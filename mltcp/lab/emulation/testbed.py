@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from mltcp.host import datapath, jobs, maps
+from mltcp.host import datapath, jobs, maps, rules
 from mltcp.lab.emulation import netns, traffic
 from mltcp.lab.emulation.fabric import Fabric, Port, for_topology
 from mltcp.lab.plan import JobPlan, RunPlan
@@ -199,7 +199,7 @@ def _attach_workers(job: JobPlan, scheme: Scheme, fab: Fabric, port: int,
         jobs.attach(jobs.JobSpec(name=name, cc=scheme.cc, budget=job.comm_bytes_per_worker,
                                  slope=agg.slope, intercept=agg.intercept, cap=agg.cap,
                                  gap_ms=job.idle_gap_ms, stale_s=0,
-                                 rules=(maps.Rule(fab.host_addr(flow.dst), port),)))
+                                 rules=(rules.Rule(fab.host_addr(flow.dst), port),)))
         attached.append(name)
 
 
