@@ -181,7 +181,10 @@ def test_stale_config_falls_back_to_standard(lab, job):
         m.put(ctypes.c_uint32(rec.id), cfg)
     g = flowstats.ca_growth(bulk(lab, "mltcp_reno")["samples"])
     assert g.per_round == pytest.approx(1.0, rel=0.10)
-    assert telemetry.collect()[0].stale
+    [st] = telemetry.collect()
+    # The sender asked for mltcp_reno; the classifier handed the new connection the
+    # kernel's own reno instead, and counted it.
+    assert st.stale and st.stale_fallbacks >= 1
 
 
 def _share_of_the_job_ahead(lab, job, cc: str, slope: float, trial: int) -> float:
