@@ -287,10 +287,10 @@ def compile_rules(owned: Iterable[tuple[Rule, int]], field_name: str = "rule",
         if len(entries) > MAX_PORT_RULES:
             fam, addr, plen = pid
             net = ipaddress.ip_network((addr[:4] if fam == socket.AF_INET else addr, plen))
-            where = "any address (the port-only rules)" if plen == 0 else str(net)
-            raise SpecError(field_name, f"{len(entries)} port rules apply to {where} (its own, "
-                            "those of the prefixes that contain it and the port-only rules); "
-                            f"the kernel holds {MAX_PORT_RULES}",
+            what = (f"{len(entries)} port-only rules" if plen == 0 else
+                    f"{len(entries)} port rules apply to {net} (its own, those of the "
+                    "prefixes that contain it and the port-only rules)")
+            raise SpecError(field_name, f"{what}; the kernel holds {MAX_PORT_RULES}",
                             "merge ports into ranges or prefixes into shorter ones")
         table.prefixes[pid] = [e for _, e in sorted(entries, key=_order)]
     return table
