@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from mltcp import __version__
-from mltcp.host import datapath, jobs, maps
+from mltcp.host import datapath, jobs, rules
 from mltcp.lab.emulation import fabric, traffic
 
 PORT_PLAIN, PORT_JOB_F1, PORT_JOB_LIVE = 7100, 7101, 7102
@@ -66,7 +66,7 @@ def run(rounds: int, duration_s: float, rate_mbit: float) -> dict:
         for name, port, slope, budget in (("bench-f1", PORT_JOB_F1, 0.0, 10**12),
                                           ("bench-live", PORT_JOB_LIVE, 1.0, 100_000_000)):
             jobs.attach(jobs.JobSpec(name=name, cc="cubic", budget=budget, slope=slope,
-                                     intercept=1.0, stale_s=0, rules=(maps.Rule(port=port),)))
+                                     intercept=1.0, stale_s=0, rules=(rules.Rule(port=port),)))
             attached.append(name)
         # h1 -> h2 across one shaped link; GSO bursts as a host's NIC sends them.
         with fabric.dumbbell(2, rate_mbit or None, 1000, gso_max_segs=None) as net:

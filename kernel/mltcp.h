@@ -11,7 +11,16 @@
  * (on_ack, on_tx_start) exactly; change both together
  * (tests/test_kernel_behaviour.py checks them against a real sender).
  *
- * Layout contract with user space (mltcp/maps.py): MLTCP_ABI_VERSION must be
+ * Classification (mltcp_classify, mltcp_rule_lookup): a remote address is looked up
+ * once in an LPM trie of prefixes (longest prefix wins); the prefix's value lists its
+ * port ranges -> job in precedence order, and the first range that holds the remote
+ * port names the job.  User space (mltcp/host/rules.py) writes each prefix's list with
+ * the rules of every shorter prefix that contains it, and of the any-address rules,
+ * after its own (longest prefix first, then the narrowest range), so one look-up and
+ * a scan of at most MLTCP_PORT_RULES entries give longest-prefix-then-narrowest-port.
+ * Local (listening) port ranges are one list, tried after the remote rules.
+ *
+ * Layout contract with user space (mltcp/host/maps.py): MLTCP_ABI_VERSION must be
  * bumped whenever a struct below changes; the control plane refuses to talk
  * to modules built with another version (and a config written with another
  * version is ignored here, so a mismatch degrades to the standard algorithm).
@@ -27,10 +36,12 @@
 
 char _license[] SEC("license") = "GPL";
 
-#define MLTCP_ABI_VERSION 1
+#define MLTCP_ABI_VERSION 2
 #define MLTCP_MAX_JOBS 256          /* job ids 1..255; 0 means "no job" */
 #define MLTCP_MAX_FLOWS 16384
-#define MLTCP_MAX_RULES 1024
+#define MLTCP_MAX_PREFIXES 1024     /* entries of the prefix trie (both families) */
+#define MLTCP_PORT_RULES 32         /* port ranges per prefix, inherited ones included */
+#define MLTCP_PREFIX_BITS 160       /* the trie key's data: family word + 128 address bits */
 #define MLTCP_HISTORY 8              /* boundary samples kept per job (power of 2) */
 #define MLTCP_FP_SHIFT 16
 #define MLTCP_FP_ONE (1U << MLTCP_FP_SHIFT)
@@ -84,6 +95,7 @@ struct mltcp_job_state {
 	__u64 gaps;             /* boundaries by idle gap */
 	__u64 signals;          /* boundaries by explicit signal */
 	__u64 cwnd_reductions;  /* ssthresh() calls on the job's flows */
+	__u64 stale_fallbacks;  /* new connections handed the native CC: config stale/disabled */
 	__u32 signal_seen;
 	__u32 hist_len;         /* valid entries in hist (<= MLTCP_HISTORY) */
 	__u32 hist_head;        /* next slot to write */
@@ -110,12 +122,27 @@ struct mltcp_flow_info {
 	__u64 loss_reductions;
 };
 
-/* Destination/port classification rule. */
-struct mltcp_rule_key {
-	__u32 family;         /* AF_INET / AF_INET6, 0 = any address */
-	__u32 port;           /* host order, 0 = any port */
-	__u32 port_is_local;  /* 1: match the local (listening) port instead of the remote one */
-	__u32 addr[4];        /* remote address; all zero = any */
+/* Key of the prefix trie: prefixlen counts the family word's 32 bits plus the address
+ * prefix (an IPv4 /24 is 56, an IPv6 /64 is 96, "any IPv4 address" is 32).  IPv4
+ * addresses are in addr[0], network byte order, as the kernel keeps them. */
+struct mltcp_prefix_key {
+	__u32 prefixlen;
+	__u32 family;         /* AF_INET / AF_INET6 */
+	__u32 addr[4];
+};
+
+/* One port range -> job; a rule without a port has lo 0, hi 65535. */
+struct mltcp_port_rule {
+	__u16 lo;             /* host order */
+	__u16 hi;             /* host order, inclusive */
+	__u32 job_id;
+};
+
+/* The port ranges of a prefix (or the local-port rules) in precedence order. */
+struct mltcp_port_rules {
+	__u32 count;          /* valid entries of rule[] */
+	__u32 _pad;
+	struct mltcp_port_rule rule[MLTCP_PORT_RULES];
 };
 
 /* Tag that the sockops classifier puts on a job's socket. */
@@ -168,12 +195,22 @@ struct {
 } mltcp_flows SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MLTCP_MAX_RULES);
-	__type(key, struct mltcp_rule_key);
-	__type(value, __u32);
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, MLTCP_MAX_PREFIXES);
+	__type(key, struct mltcp_prefix_key);
+	__type(value, struct mltcp_port_rules);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} mltcp_rules SEC(".maps");
+} mltcp_prefix_rules SEC(".maps");
+
+/* The local (listening) port rules: one entry. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct mltcp_port_rules);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} mltcp_local_rules SEC(".maps");
 
 /* Host-wide datapath health counters (one entry): how often the kernel fault of
  * mltcp_control_begin() reached a module, and was kept away from the window. */
@@ -214,35 +251,63 @@ static __always_inline void *mltcp_ca_priv(struct sock *sk)
 	return (void *)mltcp_icsk(sk)->icsk_ca_priv;
 }
 
-static __always_inline __u32 mltcp_rule_lookup(__u32 family, const __u32 *raddr, __u16 rport,
-					       __u16 lport)
+/* The job of the first range in `r` that holds `port`, or 0. */
+static __always_inline __u32 mltcp_port_match(const struct mltcp_port_rules *r, __u32 port)
 {
-	struct mltcp_rule_key key = {};
-	__u32 *job;
+	__u32 i, n = r->count;
 
-	key.family = family;
-	key.addr[0] = raddr[0];
-	key.addr[1] = raddr[1];
-	key.addr[2] = raddr[2];
-	key.addr[3] = raddr[3];
-	key.port = rport;
-	job = bpf_map_lookup_elem(&mltcp_rules, &key);
-	if (job)
-		return *job;
-	key.port = 0;
-	job = bpf_map_lookup_elem(&mltcp_rules, &key);
-	if (job)
-		return *job;
-	__builtin_memset(&key, 0, sizeof(key));
-	key.port = rport;
-	job = bpf_map_lookup_elem(&mltcp_rules, &key);
-	if (job)
-		return *job;
-	key.port = lport;
-	key.port_is_local = 1;
-	job = bpf_map_lookup_elem(&mltcp_rules, &key);
-	if (job)
-		return *job;
+	for (i = 0; i < MLTCP_PORT_RULES; i++) {
+		if (i >= n)
+			break;
+		if (port >= r->rule[i].lo && port <= r->rule[i].hi)
+			return r->rule[i].job_id;
+	}
+	return 0;
+}
+
+/* An IPv4-mapped IPv6 address (::ffff:a.b.c.d, a dual-stack socket talking IPv4) is
+ * the IPv4 address: IPv4 rules match it. */
+static __always_inline __u32 mltcp_unmap_v4(__u32 family, __u32 *addr)
+{
+	if (family == AF_INET6 && !addr[0] && !addr[1] && addr[2] == bpf_htonl(0xffff)) {
+		addr[0] = addr[3];
+		addr[1] = addr[2] = addr[3] = 0;
+		return AF_INET;
+	}
+	return family;
+}
+
+/*
+ * The job of a connection by its rules: the remote address's longest prefix, then the
+ * first (narrowest) port range of that prefix's list holding the remote port; else the
+ * first local-port range holding the local port.  `has_remote` is 0 for a listening
+ * socket (no peer yet: only local-port rules apply).  One trie look-up and two scans
+ * of at most MLTCP_PORT_RULES entries: it runs at the init of every socket.
+ */
+static __always_inline __u32 mltcp_rule_lookup(__u32 family, const __u32 *raddr, __u16 rport,
+					       __u16 lport, int has_remote)
+{
+	struct mltcp_prefix_key key = {};
+	struct mltcp_port_rules *r;
+	__u32 zero = 0, job;
+
+	if (has_remote && (family == AF_INET || family == AF_INET6)) {
+		key.addr[0] = raddr[0];
+		key.addr[1] = raddr[1];
+		key.addr[2] = raddr[2];
+		key.addr[3] = raddr[3];
+		key.family = mltcp_unmap_v4(family, key.addr);
+		key.prefixlen = key.family == AF_INET ? 64 : MLTCP_PREFIX_BITS;
+		r = bpf_map_lookup_elem(&mltcp_prefix_rules, &key);
+		if (r) {
+			job = mltcp_port_match(r, rport);
+			if (job)
+				return job;
+		}
+	}
+	r = bpf_map_lookup_elem(&mltcp_local_rules, &zero);
+	if (r)
+		return mltcp_port_match(r, lport);
 	return 0;
 }
 
@@ -267,7 +332,8 @@ static __always_inline __u32 mltcp_classify(struct sock *sk)
 		return 0;
 	}
 	return mltcp_rule_lookup(family, raddr, bpf_ntohs(sk->__sk_common.skc_dport),
-				 sk->__sk_common.skc_num);
+				 sk->__sk_common.skc_num,
+				 sk->__sk_common.skc_state != TCP_LISTEN);
 }
 
 static __always_inline void mltcp_flow_init(struct sock *sk, struct mltcp_flow *fl)
@@ -503,6 +569,13 @@ static __always_inline int mltcp_cfg_usable(const struct mltcp_job_cfg *cfg)
 	return (cfg->flags & MLTCP_JOB_ENABLED) && cfg->abi == MLTCP_ABI_VERSION;
 }
 
+/* The control plane has not refreshed the config for longer than its stale_ns (the
+ * agent is gone): the job's flows run F = 1 and its new connections the native CC. */
+static __always_inline int mltcp_cfg_stale(const struct mltcp_job_cfg *cfg, __u64 now)
+{
+	return cfg->stale_ns && (__s64)(now - cfg->refreshed_ns) > (__s64)cfg->stale_ns;
+}
+
 /* End the current iteration (idle gap or explicit signal); called under st->lock. */
 static __always_inline void mltcp_boundary(struct mltcp_job_state *st, __u64 tail)
 {
@@ -565,8 +638,7 @@ static __always_inline __u32 mltcp_on_ack(struct sock *sk, struct mltcp_flow *fl
 	__u64 delta = (__u32)((__u32)acked - fl->last_bytes_acked);
 	__u32 job = fl->job_id;
 	__u64 now, budget, tail;
-	__s64 age;
-	int stale = 0;
+	int stale;
 	__u32 f;
 
 	fl->last_bytes_acked = (__u32)acked;
@@ -581,9 +653,7 @@ static __always_inline __u32 mltcp_on_ack(struct sock *sk, struct mltcp_flow *fl
 		return MLTCP_FP_ONE;
 	}
 	now = bpf_ktime_get_ns();
-	age = (__s64)(now - cfg->refreshed_ns);
-	if (cfg->stale_ns && age > (__s64)cfg->stale_ns)
-		stale = 1;
+	stale = mltcp_cfg_stale(cfg, now);
 	if (!delta) {
 		f = stale ? MLTCP_FP_ONE : st->f_fp;
 		goto out;

@@ -14,7 +14,7 @@ from importlib import resources
 import pytest
 
 from mltcp.core.errors import MltcpError, SpecError
-from mltcp.host import datapath, jobs, maps
+from mltcp.host import datapath, jobs, rules
 from mltcp.host.namespaces import list_netns
 from mltcp.lab import metrics
 from mltcp.lab.emulation import owners, testbed, traffic
@@ -87,7 +87,7 @@ def test_testbed_clean_removes_what_a_killed_run_left(clean_datapath):
     datapath.load(["reno"])
     subprocess.run(["ip", "netns", "add", "mltcp-killed-h1"], check=True)
     jobs.attach(jobs.JobSpec(name=f"{testbed.JOB_PREFIX}x-w0", cc="reno", budget=1000,
-                             rules=(maps.Rule(port=9999),)))
+                             rules=(rules.Rule(port=9999),)))
     proc = subprocess.run([sys.executable, "-m", "mltcp.cli", "testbed", "clean"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

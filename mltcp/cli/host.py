@@ -92,12 +92,17 @@ def _register_job(sub: Any) -> None:
     c.add_argument("--cgroup", help="cgroup v2 path of the training processes")
     c.add_argument("--whole-host", action="store_true",
                    help="allow --cgroup / (the root cgroup: every socket of this host)")
-    c.add_argument("--dst", action="append", default=[], metavar="ADDR[:PORT]",
-                   help="remote address (and port); repeatable")
-    c.add_argument("--port", action="append", type=args_.port(), default=[],
-                   help="remote port")
-    c.add_argument("--local-port", action="append", type=args_.port(), default=[],
-                   help="local (listening) port")
+    c.add_argument("--dst", action="append", default=[], metavar="ADDR[/LEN][:PORT[-PORT]]",
+                   help="one rule: remote address or prefix AND port or port range, e.g. "
+                        "10.0.0.0/24:29500-29600, 10.0.0.7, [fd00::/64]:29500 (an address "
+                        "without /LEN is one host); repeatable")
+    c.add_argument("--port", action="append", type=args_.port_range(), default=[],
+                   metavar="PORT[-PORT]",
+                   help="one rule: remote port or range, any address; repeatable")
+    c.add_argument("--local-port", action="append", type=args_.port_range(), default=[],
+                   metavar="PORT[-PORT]",
+                   help="one rule: local (listening) port or range; repeatable.  Separate "
+                        "rules are alternatives: a connection matching any one joins the job")
 
     d = jsub.add_parser("detach", help="detach a job (or --all)")
     d.add_argument("name", nargs="?")
@@ -179,6 +184,8 @@ def cmd_job(args: argparse.Namespace) -> int:
         rec = jobs.attach(spec)
         how = ("learning the budget" if spec.learn else f"budget {rec.spec.budget} B/iteration")
         print(f"attached job {spec.name} (id {rec.id}) to mltcp_{spec.cc}, {how}")
+        for line in spec.describe_rules():
+            print(f"  {line}")
         if spec.stale_s:
             print(f"keep it fresh with `mltcp agent`: the config expires after {spec.stale_s:g} s "
                   "and the job's flows then run the standard algorithm")

@@ -39,6 +39,8 @@ JOB_METRICS = (
      "cwnd_reductions"),
     ("mltcp_job_stale", "gauge", "1 when the config is stale and flows run the standard CC",
      "stale"),
+    ("mltcp_job_stale_fallbacks", "counter", "New connections of the job handed the kernel's "
+     "native CC because its config was stale or disabled", "stale_fallbacks"),
     ("mltcp_job_flows", "gauge", "Flows seen in the flow table", "flows"),
 )
 

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mltcp.core import signals
-from mltcp.host import datapath, jobs, maps
+from mltcp.host import datapath, jobs, maps, rules
 from mltcp.host.namespaces import list_netns
 from mltcp.lab.emulation import netns, owners, traffic
 from mltcp.lab.emulation.fabric import Fabric, Port, for_topology
@@ -229,7 +229,7 @@ def _attach_workers(job: JobPlan, scheme: Scheme, fab: Fabric, port: int,
             jobs.attach(jobs.JobSpec(name=name, cc=scheme.cc, budget=job.comm_bytes_per_worker,
                                      slope=agg.slope, intercept=agg.intercept, cap=agg.cap,
                                      gap_ms=job.idle_gap_ms, stale_s=0,
-                                     rules=(maps.Rule(fab.host_addr(flow.dst), port),)))
+                                     rules=(rules.Rule(fab.host_addr(flow.dst), port),)))
             attached.append(name)
 
 
