@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,8 +36,8 @@ from mltcp.host.dcqcn.counters import (
     EthtoolCounter,
     FileCounter,
     counter_from_spec,
-    parse_ethtool_stats,
 )
+from mltcp.host.dcqcn.ethtool import EthtoolError, EthtoolStats
 from mltcp.host.dcqcn.snapshot import StateFile, load, restore, restore_file
 from mltcp.host.dcqcn.tuner import IterationStatus, Tuner, TunerConfig
 
@@ -540,22 +541,108 @@ def test_ib_port_xmit_data_counts_4_byte_words(tmp_path: Path) -> None:
     assert sampler.sample() == 40
 
 
-def test_ethtool_counter_reads_the_rdma_statistic(tmp_path: Path) -> None:
-    text = ("NIC statistics:\n     rx_packets: 12\n     tx_vport_rdma_unicast_bytes: 123456\n"
-            "     tx_vport_rdma_unicast_packets: 99\n")
-    assert parse_ethtool_stats(text)["tx_vport_rdma_unicast_bytes"] == 123456
+def _parse_ethtool_s(text: str) -> dict[str, int]:
+    """`ethtool -S` output (``     name: value`` lines) as a dict of integers."""
+    stats = {}
+    for line in text.splitlines()[1:]:
+        name, sep, value = line.strip().rpartition(":")
+        if sep and value.strip().isdigit():
+            stats[name.strip()] = int(value)
+    return stats
 
-    def run(cmd: list[str], **_: object) -> subprocess.CompletedProcess[str]:
-        assert cmd == ["ethtool", "-S", IFACE]
-        return subprocess.CompletedProcess(cmd, 0, text, "")
 
-    assert EthtoolCounter(IFACE, run=run).read() == 123456
-    assert counter_from_spec("auto", tmp_path, IFACE, run=run).read() == 123456  # no IB dev
-    with pytest.raises(CapabilityError):
-        EthtoolCounter(IFACE, "tx_bytes_phy", run=run).read()
+def _iface_with_stats() -> str:
+    """An interface of this namespace whose driver has ethtool statistics."""
+    for name in sorted(os.listdir("/sys/class/net")):
+        try:
+            with EthtoolStats(name) as st:
+                if st.read():
+                    return name
+        except EthtoolError:
+            continue
+    pytest.skip("no interface here has ethtool statistics (lo and most virtual ones lack them)")
+
+
+def test_ethtool_statistics_are_those_ethtool_prints() -> None:
+    """The ioctl reader against the ethtool binary, an independent reader of the same
+    counters: the same names in the same order, and every value between two runs of it."""
+    if not shutil.which("ethtool"):
+        pytest.skip("needs the ethtool binary (Debian package ethtool) to compare with")
+    iface = _iface_with_stats()
+
+    def ethtool_s() -> dict[str, int]:
+        out = subprocess.run(["ethtool", "-S", iface], capture_output=True, text=True,
+                             check=True).stdout
+        return _parse_ethtool_s(out)
+
+    with EthtoolStats(iface) as st:
+        before = ethtool_s()
+        ours = st.read()
+        after = ethtool_s()
+        assert list(ours) == list(before) == list(after)
+        for name, value in ours.items():
+            assert before[name] <= value <= after[name] or \
+                before[name] >= value >= after[name], name   # a gauge may go down
+        name = next(iter(ours))
+        counter = counter_from_spec(f"ethtool:{name}", "/", iface)
+        assert isinstance(counter, EthtoolCounter)
+        assert counter.read() >= 0 and counter._stats is not None
+        sock = counter._stats
+        counter.read()
+        assert counter._stats is sock          # one socket, opened once
+        counter.close()
+
+
+def test_ethtool_counter_says_what_is_wrong_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(CapabilityError, match=r"lo: its driver has no ethtool statistics; "
+                                              r"fix: use --counter ib"):
+        EthtoolCounter("lo").read()
+    with pytest.raises(CapabilityError, match=r"mltcpnosuch0: no such interface; fix: pass"):
+        EthtoolCounter("mltcpnosuch0").read()
+    # auto without an RDMA device behind the netdev falls back to ethtool (lo: none).
+    assert isinstance(counter_from_spec("auto", tmp_path, "lo"), EthtoolCounter)
+    with pytest.raises(SpecError, match="iface"):
+        counter_from_spec("ethtool", tmp_path, "../etc")
     with pytest.raises(SpecError):
         counter_from_spec("snmp:x", tmp_path, IFACE)
     assert FileCounter(tmp_path / "missing").description.endswith("missing")
+
+
+def test_ethtool_counter_names_a_missing_statistic() -> None:
+    iface = _iface_with_stats()
+    with pytest.raises(CapabilityError, match=f"{iface} has no ethtool statistic "
+                                              "'tx_vport_rdma_unicast_bytes'; fix: pick one"):
+        EthtoolCounter(iface).read()
+
+
+@pytest.mark.skipif(os.geteuid() != 0,
+                    reason="needs root (CAP_NET_ADMIN) to create a veth pair in a namespace")
+def test_ethtool_counter_on_a_veth_in_a_throwaway_namespace() -> None:
+    """veth's peer_ifindex statistic is the peer's interface index: a known value read
+    through the counter, in a namespace of its own (the ioctl socket is made inside)."""
+    ns = f"mltcp-ethtool-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        subprocess.run(["ip", "-n", ns, "link", "add", "mltcpa", "numrxqueues", "2",
+                        "numtxqueues", "2", "type", "veth", "peer", "name", "mltcpb"],
+                       check=True)
+        peer = int(subprocess.run(["ip", "netns", "exec", ns, "cat",
+                                   "/sys/class/net/mltcpb/ifindex"], capture_output=True,
+                                  text=True, check=True).stdout)
+        code = ("from mltcp.host.dcqcn.counters import counter_from_spec\n"
+                "from mltcp.host.dcqcn.ethtool import EthtoolStats\n"
+                "c = counter_from_spec('ethtool:peer_ifindex', '/', 'mltcpa')\n"
+                "print(c.read(), c.read())\n"
+                "print(sorted(EthtoolStats('mltcpa').read()))\n")
+        out = subprocess.run(["nsenter", f"--net=/run/netns/{ns}", "--", sys.executable,
+                              "-c", code], capture_output=True, text=True, cwd=REPO,
+                             check=False)
+        assert out.returncode == 0, out.stderr
+        first, names = out.stdout.splitlines()
+        assert first.split() == [str(peer), str(peer)]
+        assert "rx_queue_1_drops" in names        # per-queue statistics of both queues
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
 
 
 # -- crash and signals, in a real process --------------------------------------------

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -81,6 +82,38 @@ def test_dumbbell_ring_crosses_the_bottleneck_both_ways_with_barriers():
         assert left >= 3 * 2_000_000 and right >= 3 * 2_000_000
         namespaces = f.namespaces
     assert not set(namespaces) & set(list_netns())
+
+
+def test_queues_read_over_netlink_are_those_tc_prints_in_the_namespace():
+    """The fabric's netlink reads (one socket per namespace, kept open) against tc run
+    inside the namespace, after a ring put megabytes through both bottleneck queues."""
+    with fabric.dumbbell(4, 500, 100) as f:
+        traffic.run(_ring(f, ["h1", "h3"], 9150, iterations=2))
+
+        def tc_roots() -> dict[str, dict]:
+            return {q["dev"]: q for q in json.loads(f.check_output(
+                "swL", ["tc", "-s", "-j", "qdisc", "show"])) if q.get("root")}
+
+        before = tc_roots()
+        ours = f.qdisc_stats("swL")
+        after = tc_roots()
+        assert set(ours) == set(before) == set(after)
+        left = f.egress("bottleneck", "swL")
+        assert ours[left.dev].bytes >= 2 * 2_000_000
+        for dev, st in ours.items():
+            for name in ("bytes", "packets", "drops", "overlimits", "requeues"):
+                assert before[dev][name] <= getattr(st, name) <= after[dev][name], (dev, name)
+        assert f.queue(left).bytes >= ours[left.dev].bytes
+        reader = f._built.readers[f.ns("swL")]
+        assert f.qdisc_stats("swL") and f._built.readers[f.ns("swL")] is reader  # kept
+        seen: list[int] = []
+        t = threading.Thread(target=lambda: seen.append(f.queue(left).packets))
+        t.start()
+        t.join()
+        assert seen and seen[0] >= ours[left.dev].packets      # another thread, same socket
+    assert reader._sock.fileno() == -1                          # closed with the fabric
+    with pytest.raises(netns.NetnsError, match="closed"):
+        f.queue(left)
 
 
 def test_leaf_spine_spreads_over_equal_cost_uplinks():

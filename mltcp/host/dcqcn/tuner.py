@@ -233,6 +233,9 @@ class Tuner:
         if self._closed:
             return None
         self._closed = True
+        close_counter = getattr(self.sampler.counter, "close", None)
+        if close_counter is not None:     # an ethtool counter's socket
+            close_counter()
         if self.config.advise:
             n = len(self.changes)
             self.log(f"advice only: {n} change{'s' * (n != 1)} would have been made; "

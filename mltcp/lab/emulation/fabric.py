@@ -25,6 +25,11 @@ Why the shaping looks as it does (measured on this machine kind):
   namespace default (EPERM, and the failed attempt leaks a kernel reference), so
   programs pick their CC per socket.
 
+Building runs ``ip``/``tc`` in batches (a few processes per namespace, once per run:
+the commands stay readable and are what an engineer types to check a fabric by hand);
+reading the queues while traffic runs goes through one netlink socket per namespace
+(:mod:`mltcp.lab.emulation.qdiscs`), opened at the first read and closed with the fabric.
+
 Namespaces are named ``<tag>-<node>`` with the project prefix so that ``mltcp testbed
 clean`` finds leftovers of killed runs, and each is claimed in the run's owner record
 before it is created (:mod:`mltcp.lab.emulation.owners`), so that ``clean`` leaves the
@@ -45,6 +50,7 @@ from mltcp.host.namespaces import netns_path, nsenter_argv
 from mltcp.lab.emulation import netns
 from mltcp.lab.emulation.owners import RunOwner
 from mltcp.lab.emulation.procgroup import ProcessGroup, pdeathsig_argv
+from mltcp.lab.emulation.qdiscs import QdiscReader
 from mltcp.lab.emulation.traffic import Endpoint
 from mltcp.lab.graph import LinkSpec, NetworkGraph, dumbbell_graph, graph_for, leaf_spine_graph
 from mltcp.lab.scenario import ETHERNET_HEADER_BYTES, Topology
@@ -71,6 +77,7 @@ class Port:
 @dataclass
 class _Built:
     namespaces: list[str] = field(default_factory=list)
+    readers: dict[str, QdiscReader] = field(default_factory=dict)   # by namespace
     closed: bool = False
 
 
@@ -229,13 +236,23 @@ class Fabric:
         ]
 
     # ---------------------------------------------------------------- use
+    def _reader(self, node: str) -> QdiscReader:
+        """The node's netlink socket, opened at its first read and kept until close()."""
+        ns = self.ns(node)
+        with self._lock:
+            if self._built.closed:
+                raise netns.NetnsError("fabric is closed")
+            if ns not in self._built.readers:
+                self._built.readers[ns] = QdiscReader(ns)
+            return self._built.readers[ns]
+
     def qdisc_stats(self, node: str) -> dict[str, netns.QdiscStats]:
         """Root-qdisc counters per device of one node: bytes, packets, drops, backlog."""
-        return netns.qdisc_stats(self.ns(node))
+        return self._reader(node).read()
 
     def queue(self, port: Port) -> netns.QdiscStats:
         """The counters of one egress port's queue."""
-        return netns.qdisc_stats(self.ns(port.node), port.dev)[port.dev]
+        return self._reader(port.node).read(port.dev)[port.dev]
 
     def run(self, node: str, argv: Sequence[str], **popen_kw: Any) -> subprocess.Popen[Any]:
         """Start ``argv`` inside ``node``'s namespace, in the fabric's process group and
@@ -268,6 +285,8 @@ class Fabric:
 
     def _teardown(self) -> None:
         self.group.stop()
+        for reader in self._built.readers.values():
+            reader.close()      # a socket keeps its namespace (and devices) alive
         left: list[str] = []
         for ns in reversed(self._built.namespaces):
             try:

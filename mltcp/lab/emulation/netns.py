@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
+import importlib.util
 import os
 import re
 import secrets
@@ -98,23 +98,14 @@ def create_netns(ns: str) -> None:
 
 
 def qdisc_stats(ns: str, dev: str | None = None) -> dict[str, QdiscStats]:
-    """Root-qdisc counters of every device in ``ns`` (or of ``dev`` only), by device."""
-    argv = ["tc", "-s", "-j", "qdisc", "show", *(["dev", dev] if dev else [])]
-    return parse_qdisc_stats(run_cmd(nsenter_argv(ns, argv)), dev)
+    """Root-qdisc counters of every device in ``ns`` (or of ``dev`` only), by device.
 
+    One netlink socket for this one read; whoever reads often keeps a
+    :class:`~mltcp.lab.emulation.qdiscs.QdiscReader` open instead (the fabric does)."""
+    from mltcp.lab.emulation.qdiscs import QdiscReader
 
-def parse_qdisc_stats(tc_json: str, dev: str | None = None) -> dict[str, QdiscStats]:
-    """The root qdiscs' counters out of ``tc -s -j qdisc show [dev DEV]`` output, by
-    device (tc leaves the device out of its JSON when asked for one: pass it as ``dev``)."""
-    out = {}
-    for q in json.loads(tc_json or "[]"):
-        if q.get("root"):
-            out[q.get("dev", dev)] = QdiscStats(
-                bytes=int(q.get("bytes", 0)), packets=int(q.get("packets", 0)),
-                drops=int(q.get("drops", 0)), overlimits=int(q.get("overlimits", 0)),
-                backlog=int(q.get("backlog", 0)), qlen=int(q.get("qlen", 0)),
-                requeues=int(q.get("requeues", 0)))
-    return out
+    with QdiscReader(ns) as reader:
+        return reader.read(dev)
 
 
 # --------------------------------------------------------------------------- processes
@@ -211,6 +202,9 @@ def require_netns() -> None:
         raise CapabilityError(
             f"network namespaces need {', '.join(missing)} on PATH: install iproute2/util-linux"
         )
+    if importlib.util.find_spec("pyroute2") is None:
+        raise CapabilityError("the testbed reads its queues through pyroute2, which is not "
+                              "installed: pip install 'mltcp[lab]'")
     probe = f"{PROJECT_PREFIX}{os.getpid()}-probe-{secrets.token_hex(2)}"
     try:
         run_cmd(["ip", "netns", "add", probe])

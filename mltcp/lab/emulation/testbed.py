@@ -55,6 +55,19 @@ Progress = Callable[[str], None]
 Markers = dict[tuple[str, str], maps.MarkerKey]     # (node, dev) -> the marker's key
 
 
+@dataclass(frozen=True)
+class LiveRun:
+    """A run in progress as a ``during`` hook of :func:`run_plan` sees it."""
+
+    fabric: Fabric
+    t0: float
+    """The jobs' common time 0 on ``time.monotonic()``'s clock (trace times count from it)."""
+    markers: Markers
+
+
+During = Callable[[LiveRun], contextlib.AbstractContextManager[object]]
+
+
 def module_for(scheme: Scheme) -> tuple[str | None, str]:
     """(MLTCP module to load or None, socket CC name)."""
     if scheme.mltcp or scheme.cc == "dctcp":
@@ -111,9 +124,12 @@ def _marker_counts(markers: Markers) -> dict[tuple[str, str], int]:
 
 
 def run_plan(plan: RunPlan, progress: Progress | None = None,
-             watch: Callable[[], None] | None = None) -> Trace:
+             watch: Callable[[], None] | None = None, during: During | None = None) -> Trace:
     """Run one plan on the testbed; its common trace.  ``watch`` is called about every
-    50 ms while the jobs run (``mltcp demo --live`` shows the datapath's state)."""
+    50 ms while the jobs run (``mltcp demo --live`` shows the datapath's state).
+    ``during`` makes a context entered once the network and its ECN markers are up,
+    before the jobs connect, and left when they are done, before anything is torn down
+    (packet captures on the wires: tests/test_wire.py)."""
     say = progress or (lambda _msg: None)
     scenario, scheme, seed = plan.scenario, plan.scheme, plan.seed
     module, cc = module_for(scheme)
@@ -147,25 +163,28 @@ def run_plan(plan: RunPlan, progress: Progress | None = None,
             sampler = _LinkSampler(fab, t0, markers)
             expected = max(j.spec.iterations * (j.spec.compute_ms / 1000)
                            for j in plan.active_jobs)
-            # The job drivers join the fabric's process group: one teardown stops them all.
-            with traffic.Launch(specs, group=fab.group) as launch:
-                sampler.start()
-                try:
-                    next_say = time.monotonic() + 1.0
-                    while launch.running():
-                        time.sleep(SAMPLE_S / 2)   # stop sampling as soon as jobs are done
-                        if watch is not None:
-                            watch()
-                        if time.monotonic() >= next_say:
-                            next_say += 1.0
-                            say(f"{scenario.name} / {scheme.name} / seed {seed}: "
-                                f"{max(0.0, time.monotonic() - t0):.0f} s "
-                                f"(compute alone ~{expected:.0f} s)")
-                finally:
-                    sampler.stop.set()
-                    sampler.join(timeout=5)
-                sampler.sample()
-                reports = launch.wait()
+            with contextlib.ExitStack() as hooks:
+                if during is not None:   # entered before the jobs start (and connect)
+                    hooks.enter_context(during(LiveRun(fab, t0, markers)))
+                # The job drivers join the fabric's process group: one teardown stops them.
+                with traffic.Launch(specs, group=fab.group) as launch:
+                    sampler.start()
+                    try:
+                        next_say = time.monotonic() + 1.0
+                        while launch.running():
+                            time.sleep(SAMPLE_S / 2)   # stop sampling as soon as jobs are done
+                            if watch is not None:
+                                watch()
+                            if time.monotonic() >= next_say:
+                                next_say += 1.0
+                                say(f"{scenario.name} / {scheme.name} / seed {seed}: "
+                                    f"{max(0.0, time.monotonic() - t0):.0f} s "
+                                    f"(compute alone ~{expected:.0f} s)")
+                    finally:
+                        sampler.stop.set()
+                        sampler.join(timeout=5)
+                    sampler.sample()
+                    reports = launch.wait()
             job_traces = [JobTrace(name=job.name, links=job.links,
                                    iterations=tuple(IterationRecord(**it)
                                                     for it in report["iterations"]))
