@@ -93,10 +93,23 @@ int mltcp_sockops(struct bpf_sock_ops *skops)
 	__u32 *cg_job;
 	__u32 job = 0;
 	int tagged = 0;
+	__u32 family, op, ip4, ip6_0, ip6_1, ip6_2, ip6_3, rport, lport;
 
 	if (skops->op != BPF_SOCK_OPS_TCP_LISTEN_CB && skops->op != BPF_SOCK_OPS_TCP_CONNECT_CB &&
 	    skops->op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
 		return 1;
+	/* Read every context field first, unconditionally, on one path: the verifier
+	 * rejects the offset-adjusted context loads clang emits for reads on merging
+	 * branches ("dereference of modified ctx ptr"). */
+	family = skops->family;
+	op = skops->op;
+	ip4 = skops->remote_ip4;
+	ip6_0 = skops->remote_ip6[0];
+	ip6_1 = skops->remote_ip6[1];
+	ip6_2 = skops->remote_ip6[2];
+	ip6_3 = skops->remote_ip6[3];
+	rport = bpf_ntohl(skops->remote_port) & 0xffff;
+	lport = skops->local_port;
 	sk = skops->sk;
 	if (!sk)
 		return 1;
@@ -113,15 +126,6 @@ int mltcp_sockops(struct bpf_sock_ops *skops)
 			job = *cg_job;
 	}
 	if (!job) {
-		/* Read every context field unconditionally: the verifier rejects the
-		 * offset-adjusted context loads clang emits for per-branch reads. */
-		__u32 family = skops->family, op = skops->op;
-		__u32 ip4 = skops->remote_ip4;
-		__u32 ip6_0 = skops->remote_ip6[0], ip6_1 = skops->remote_ip6[1];
-		__u32 ip6_2 = skops->remote_ip6[2], ip6_3 = skops->remote_ip6[3];
-		__u32 rport = bpf_ntohl(skops->remote_port) & 0xffff;
-		__u32 lport = skops->local_port;
-
 		if (family == AF_INET) {
 			raddr[0] = ip4;
 		} else if (family == AF_INET6) {

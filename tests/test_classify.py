@@ -93,12 +93,6 @@ def test_header_limits_are_the_python_limits():
 # --------------------------------------------------------------------------- loaded
 
 
-class _Case(ctypes.Structure):
-    _fields_ = [("family", ctypes.c_uint32), ("addr", ctypes.c_uint32 * 4),
-                ("rport", ctypes.c_uint32), ("lport", ctypes.c_uint32),
-                ("has_remote", ctypes.c_uint32), ("job_id", ctypes.c_uint32)]
-
-
 @pytest.mark.kernel
 def test_the_kernels_lookup_is_the_python_mirror(tmp_path, bpf_host):
     """Random rule sets written as attach writes them; every query answered by the
@@ -139,15 +133,16 @@ def test_the_kernels_lookup_is_the_python_mirror(tmp_path, bpf_host):
                                    f"::ffff:10.0.{rng.randrange(4)}.{rng.randrange(9)}",
                                    f"fd00:0:{rng.randrange(3)}::{rng.randrange(5)}"])
                 rport, lport = rng.randrange(95, 205), rng.randrange(95, 205)
-                case = _Case(rport=rport, lport=lport, has_remote=addr is not None)
                 ip = ipaddress.ip_address(addr or "0.0.0.0")
-                case.family = socket.AF_INET if ip.version == 4 else socket.AF_INET6
-                case.addr[:] = maps.addr_words(ip.packed)
+                family = socket.AF_INET if ip.version == 4 else socket.AF_INET6
+                # The probe's arguments: family, the four address words, ports, has_remote.
+                case = (ctypes.c_uint64 * 8)(family, *maps.addr_words(ip.packed), rport, lport,
+                                             addr is not None)
                 opts = _TestRunOpts(sz=ctypes.sizeof(_TestRunOpts),
                                     ctx_in=ctypes.addressof(case), ctx_size_in=ctypes.sizeof(case))
                 lib.check(L.bpf_prog_test_run_opts(fd, ctypes.byref(opts)), "test run")
-                assert case.job_id == table.lookup(addr, rport, lport), (addr, rport, lport,
-                                                                           table)
+                assert opts.retval == table.lookup(addr, rport, lport), (addr, rport, lport,
+                                                                         table)
     finally:
         L.bpf_object__close(handle)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mltcp.core.errors import SpecError
-from mltcp.host import jobfile, jobs, logs, rules
+from mltcp.host import datapath, jobfile, jobs, logs, rules
 
 FILE = """
 modules = ["reno"]
@@ -204,6 +204,33 @@ def test_the_agent_applies_its_file_at_start_and_again_on_sighup(clean_datapath,
     assert "INFO mltcp.host.agent: applied" in out
     assert "ERROR mltcp.host.agent: reload of" in out and "jobs unchanged" in out
     assert _cli("unload", "--all").returncode == 0
+
+
+def test_a_killed_agent_on_a_rebooted_host_brings_the_declared_jobs_back(clean_datapath,
+                                                                         tmp_path):
+    """SIGKILL the agent, then lose everything a reboot loses (modules, pins, the job
+    registry in /run): nothing of mltcp is left, and the agent started again with the
+    same file attaches the same jobs, each with an id of its own."""
+    path = _write(tmp_path, FILE)
+    agent = _agent("--config", str(path))
+    try:
+        assert _wait_for(lambda: set(jobs.Registry().read()) == {"resnet", "bert"})
+    finally:
+        agent.send_signal(signal.SIGKILL)
+        agent.wait(timeout=10)
+    assert _cli("unload", "--all").returncode == 0      # what a reboot takes away
+    assert jobs.Registry().read() == {} and datapath.settle() == []
+    agent = _agent("--config", str(path))
+    try:
+        assert _wait_for(lambda: set(jobs.Registry().read()) == {"resnet", "bert"})
+        ids = [r.id for r in jobs.Registry().read().values()]
+        assert len(ids) == len(set(ids))
+        assert {"reno", "cubic"} <= set(datapath.loaded_modules())
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=10)
+    assert _cli("unload", "--all").returncode == 0
+    assert datapath.settle() == []
 
 
 @pytest.mark.kernel

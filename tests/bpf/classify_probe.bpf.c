@@ -8,24 +8,19 @@
  */
 #include "mltcp.h"
 
-struct classify_case {
-	__u32 family;
-	__u32 addr[4];		/* network byte order, as the socket holds it */
-	__u32 rport;
-	__u32 lport;
-	__u32 has_remote;
-	__u32 job_id;		/* out */
-};
-
-SEC("syscall")
-int mltcp_classify_probe(struct classify_case *c)
+/* A raw tracepoint program: BPF_PROG_TEST_RUN hands it the case as its arguments and
+ * returns its return value (a "syscall" program would be sleepable, and sleepable
+ * programs may not use the LPM trie). */
+SEC("raw_tp")
+int BPF_PROG(mltcp_classify_probe, __u64 family, __u64 a0, __u64 a1, __u64 a2, __u64 a3,
+	     __u64 rport, __u64 lport, __u64 has_remote)
 {
-	__u32 addr[4];
+	__u32 addr[4];	/* network byte order, as the socket holds it */
 
-	addr[0] = c->addr[0];
-	addr[1] = c->addr[1];
-	addr[2] = c->addr[2];
-	addr[3] = c->addr[3];
-	c->job_id = mltcp_rule_lookup(c->family, addr, c->rport, c->lport, c->has_remote);
-	return 0;
+	addr[0] = (__u32)a0;
+	addr[1] = (__u32)a1;
+	addr[2] = (__u32)a2;
+	addr[3] = (__u32)a3;
+	return (int)mltcp_rule_lookup((__u32)family, addr, (__u32)rport, (__u32)lport,
+				      (__u32)has_remote);
 }
