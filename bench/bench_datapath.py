@@ -9,7 +9,11 @@ Variants (one bulk flow each, rounds interleaved so machine noise hits all alike
 Reported per variant: goodput and host CPU seconds per GB moved (all cores, /proc/stat),
 and both as ratios to native measured in the same round.  Writes JSON and a PNG.
 
+``--rate-mbit 0`` leaves the veth path unshaped: then the CPU, not a shaper, is the
+bottleneck (tens of Gbit/s), and goodput and CPU per GB show the datapath's own cost.
+
     python bench/bench_datapath.py --out bench/results/datapath.json
+    python bench/bench_datapath.py --rate-mbit 0 --out bench/results/datapath-unshaped.json
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import time
 from pathlib import Path
 
 from mltcp import __version__
-from mltcp.host import datapath, jobs, maps
+from mltcp.host import datapath, jobs, rules
 from mltcp.lab.emulation import fabric, traffic
 
 PORT_PLAIN, PORT_JOB_F1, PORT_JOB_LIVE = 7100, 7101, 7102
@@ -62,10 +66,10 @@ def run(rounds: int, duration_s: float, rate_mbit: float) -> dict:
         for name, port, slope, budget in (("bench-f1", PORT_JOB_F1, 0.0, 10**12),
                                           ("bench-live", PORT_JOB_LIVE, 1.0, 100_000_000)):
             jobs.attach(jobs.JobSpec(name=name, cc="cubic", budget=budget, slope=slope,
-                                     intercept=1.0, stale_s=0, rules=(maps.Rule(port=port),)))
+                                     intercept=1.0, stale_s=0, rules=(rules.Rule(port=port),)))
             attached.append(name)
         # h1 -> h2 across one shaped link; GSO bursts as a host's NIC sends them.
-        with fabric.dumbbell(2, rate_mbit, 1000, gso_max_segs=None) as net:
+        with fabric.dumbbell(2, rate_mbit or None, 1000, gso_max_segs=None) as net:
             for r in range(rounds):
                 for variant, (cc, port) in VARIANTS.items():
                     spec = traffic.TrafficSpec(
@@ -140,7 +144,9 @@ def plot(report: dict, png: Path) -> None:
         ax.set_title(title)
         ax.tick_params(axis="x", rotation=20)
     p = report["params"]
-    fig.suptitle(f"MLTCP-CUBIC vs native cubic, {p['rate_mbit']:g} Mbit/s netns bottleneck, "
+    link = (f"{p['rate_mbit']:g} Mbit/s netns bottleneck" if p["rate_mbit"]
+            else "unshaped veth (CPU-bound)")
+    fig.suptitle(f"MLTCP-CUBIC vs native cubic, {link}, "
                  f"{p['rounds']} interleaved rounds x {p['duration_s']:g} s (median, min-max)")
     fig.tight_layout()
     fig.savefig(png, dpi=120)
@@ -150,7 +156,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--duration", type=float, default=3.0)
-    ap.add_argument("--rate-mbit", type=float, default=1000)
+    ap.add_argument("--rate-mbit", type=float, default=1000,
+                    help="bottleneck rate (default 1000); 0 = unshaped veth, CPU-bound")
     ap.add_argument("--out", default="bench/results/datapath.json")
     args = ap.parse_args()
     report = run(args.rounds, args.duration, args.rate_mbit)

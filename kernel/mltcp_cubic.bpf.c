@@ -23,10 +23,12 @@
  * Without it an F of 5 grew the window ~x3.5 per round trip, faster than one
  * ECN or loss signal per round can rein in, and the flows lost thousands of
  * packets.
- * The curve's shape, HyStart, fast convergence and beta are untouched.  With
- * F = 1 (no job, disabled or stale config) the calls are exactly the kernel's.
- * mltcp_repair() (a workaround for a kernel fault, see mltcp.h) runs before
- * the kernel's code in three callbacks.
+ * The curve's shape, HyStart, fast convergence and beta are untouched.
+ * The window is set from cong_control() (mltcp.h: mltcp_control_begin), not
+ * cong_avoid(): the reduction (PRR) runs on the ssthresh this module decided, so
+ * a garbage ssthresh()/undo_cwnd() return (a kernel fault, docs/known-issues.md)
+ * never becomes the window.  With F = 1 (no job, disabled or stale config) the
+ * window follows the kernel's CUBIC exactly.
  */
 #include "mltcp.h"
 
@@ -58,8 +60,9 @@ static __always_inline struct mltcp_cubic_ca *cubic_ca(struct sock *sk)
 	return mltcp_ca_priv(sk);
 }
 
-/* CUBIC's ssthresh (beta = 717/1024) for the window before the reduction. */
-static __always_inline __u32 cubic_expected_ssthresh(struct sock *sk)
+/* CUBIC's ssthresh (beta = 717/1024) for the window before the reduction, for a
+ * reduction whose ssthresh() invocation was lost. */
+static __always_inline __u32 cubic_ssthresh_of(struct sock *sk)
 {
 	__u32 next = (mltcp_tcp_sk(sk)->prior_cwnd * 717U) >> 10;
 
@@ -122,22 +125,18 @@ void BPF_PROG(mltcp_cubic_release, struct sock *sk)
 SEC("struct_ops")
 void BPF_PROG(mltcp_cubic_acked, struct sock *sk, const struct ack_sample *sample)
 {
-	mltcp_repair(sk, cubic_expected_ssthresh(sk));
 	cubictcp_acked(sk, sample);
 	mltcp_on_ack(sk, &cubic_ca(sk)->m, MLTCP_CC_CUBIC);
 }
 
-SEC("struct_ops")
-void BPF_PROG(mltcp_cubic_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
+/* The kernel's CUBIC growth for this ACK, F times faster within CUBIC's ceiling. */
+static __always_inline void mltcp_cubic_grow(struct sock *sk, struct mltcp_cubic_ca *ca,
+					     __u32 ack, __u32 acked)
 {
-	struct mltcp_cubic_ca *ca = cubic_ca(sk);
 	struct tcp_sock *tp = mltcp_tcp_sk(sk);
-	__u32 before;
-	bool sped;
+	__u32 before = tp->snd_cwnd;
+	bool sped = ca->m.f_fp > MLTCP_FP_ONE && before >= tp->snd_ssthresh;
 
-	mltcp_repair(sk, cubic_expected_ssthresh(sk));
-	before = tp->snd_cwnd;
-	sped = ca->m.f_fp > MLTCP_FP_ONE && before >= tp->snd_ssthresh;
 	mltcp_cubic_speed_clock(sk, ca);
 	cubictcp_cong_avoid(sk, ack, mltcp_scale_acked(sk, &ca->m, acked));
 	if (sped)
@@ -145,16 +144,33 @@ void BPF_PROG(mltcp_cubic_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 }
 
 SEC("struct_ops")
+void BPF_PROG(mltcp_cubic_cong_control, struct sock *sk, __u32 ack, int flag,
+	      const struct rate_sample *rs)
+{
+	struct mltcp_cubic_ca *ca = cubic_ca(sk);
+	int grew = 0;
+
+	if (mltcp_control_begin(sk, &ca->m, cubic_ssthresh_of(sk))) {
+		mltcp_prr(sk, &ca->m, rs, flag);
+	} else if (mltcp_may_raise(sk, flag)) {
+		mltcp_cubic_grow(sk, ca, ack, rs->acked_sacked);
+		grew = 1;
+	}
+	mltcp_control_end(sk, &ca->m, grew);
+}
+
+SEC("struct_ops")
 __u32 BPF_PROG(mltcp_cubic_ssthresh, struct sock *sk)
 {
-	mltcp_count_reduction(sk, &cubic_ca(sk)->m, 0);
-	return cubictcp_recalc_ssthresh(sk);
+	struct mltcp_cubic_ca *ca = cubic_ca(sk);
+
+	mltcp_count_reduction(sk, &ca->m, 0);
+	return mltcp_note_ssthresh(sk, &ca->m, cubictcp_recalc_ssthresh(sk));
 }
 
 SEC("struct_ops")
 void BPF_PROG(mltcp_cubic_state, struct sock *sk, __u8 new_state)
 {
-	mltcp_repair(sk, cubic_expected_ssthresh(sk));
 	cubictcp_state(sk, new_state);
 }
 
@@ -177,7 +193,7 @@ struct tcp_congestion_ops mltcp_cubic = {
 	.init = (void *)mltcp_cubic_init,
 	.release = (void *)mltcp_cubic_release,
 	.pkts_acked = (void *)mltcp_cubic_acked,
-	.cong_avoid = (void *)mltcp_cubic_cong_avoid,
+	.cong_control = (void *)mltcp_cubic_cong_control,
 	.ssthresh = (void *)mltcp_cubic_ssthresh,
 	.set_state = (void *)mltcp_cubic_state,
 	.cwnd_event = (void *)mltcp_cubic_cwnd_event,

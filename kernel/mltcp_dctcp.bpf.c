@@ -6,13 +6,22 @@
  * Linux conventions: g = 1/16, alpha in 1/1024 units starting at 1, one
  * alpha update per window of data, cwnd * (1 - alpha/2) on ECE, halving on
  * loss, immediate ACK when the receiver's CE state flips) is written here.
+ * One departure from the kernel's receiver: on a CE flip with a delayed ACK
+ * pending, the kernel sends that ACK from inside the callback (tcp_send_ack with
+ * the old state); a BPF program calling bpf_tcp_send_ack() would run the network
+ * softirq inside itself, the strongest trigger of the kernel fault of
+ * docs/known-issues.md.  This one asks TCP for an immediate ACK instead
+ * (ICSK_ACK_NOW), which TCP sends once the segment is processed, echoing the new
+ * state: the segments of the pending ACK are attributed to the new state (at most
+ * one delayed ACK's worth per flip).
  * How it departs from DCTCP: in congestion avoidance the additive increase is
  * fed the ACKed packet count scaled by the job's F(bytes_ratio), so the window
  * grows F segments per RTT; slow start and the reductions are standard.
  * If ECN was not negotiated the flow behaves as (MLTCP-)Reno: halving on
  * loss, no alpha.  The ops set TCP_CONG_NEEDS_ECN so that ECN is negotiated
- * on SYN/SYN-ACK whatever the sysctl says.  mltcp_repair() (a workaround for a
- * kernel fault, see mltcp.h) runs in set_state(), pkts_acked() and cong_avoid().
+ * on SYN/SYN-ACK whatever the sysctl says.  The window is set from
+ * cong_control() (mltcp.h: mltcp_control_begin), not cong_avoid(), so a garbage
+ * ssthresh()/undo_cwnd() return (the same kernel fault) never becomes the window.
  */
 #include "mltcp.h"
 
@@ -24,7 +33,6 @@ extern void tcp_reno_cong_avoid(struct sock *sk, __u32 ack, __u32 acked) __ksym;
 struct mltcp_dctcp_ca {
 	__u32 old_delivered;
 	__u32 old_delivered_ce;
-	__u32 prior_rcv_nxt;
 	__u32 alpha;
 	__u32 next_seq;
 	__u32 ce_state;
@@ -41,8 +49,9 @@ static __always_inline struct mltcp_dctcp_ca *dctcp_ca(struct sock *sk)
 	return mltcp_ca_priv(sk);
 }
 
-/* DCTCP's ssthresh for the window before the reduction (for mltcp_repair). */
-static __always_inline __u32 dctcp_expected_ssthresh(struct sock *sk)
+/* DCTCP's ssthresh for the window before the reduction, for a reduction whose
+ * ssthresh() invocation was lost. */
+static __always_inline __u32 dctcp_ssthresh_of(struct sock *sk)
 {
 	struct mltcp_dctcp_ca *ca = dctcp_ca(sk);
 	__u32 prior = mltcp_tcp_sk(sk)->prior_cwnd;
@@ -64,7 +73,6 @@ void BPF_PROG(mltcp_dctcp_init, struct sock *sk)
 	struct tcp_sock *tp = mltcp_tcp_sk(sk);
 	struct mltcp_dctcp_ca *ca = dctcp_ca(sk);
 
-	ca->prior_rcv_nxt = tp->rcv_nxt;
 	ca->alpha = DCTCP_MAX_ALPHA;
 	ca->loss_cwnd = 0;
 	ca->ce_state = 0;
@@ -99,7 +107,7 @@ __u32 BPF_PROG(mltcp_dctcp_ssthresh, struct sock *sk)
 		next = cwnd >> 1;
 	else
 		next = cwnd - ((cwnd * ca->alpha) >> 11);
-	return next > 2 ? next : 2;
+	return mltcp_note_ssthresh(sk, &ca->m, next > 2 ? next : 2);
 }
 
 /* Once per window of data: alpha = (1 - g) * alpha + g * F_marked. */
@@ -136,7 +144,8 @@ static __always_inline void dctcp_react_to_loss(struct sock *sk, struct mltcp_dc
 
 	mltcp_count_reduction(sk, &ca->m, 1);
 	ca->loss_cwnd = tp->snd_cwnd;
-	tp->snd_ssthresh = half > 2 ? half : 2;
+	ca->m.ssthresh = half > 2 ? half : 2;
+	tp->snd_ssthresh = ca->m.ssthresh;
 }
 
 SEC("struct_ops")
@@ -144,16 +153,16 @@ void BPF_PROG(mltcp_dctcp_state, struct sock *sk, __u8 new_state)
 {
 	struct mltcp_dctcp_ca *ca = dctcp_ca(sk);
 
-	mltcp_repair(sk, dctcp_expected_ssthresh(sk));
 	/* Fast retransmit: a loss is a loss, halve like Reno (RTOs arrive as CA_EVENT_LOSS). */
 	if (new_state == TCP_CA_Recovery && new_state != mltcp_icsk(sk)->icsk_ca_state)
 		dctcp_react_to_loss(sk, ca);
 }
 
 /*
- * Receiver side: echo CE exactly.  When the CE state flips while a delayed
- * ACK is pending, first send that ACK with the old state so the sender sees
- * the marks at packet granularity, then switch ECE on/off.
+ * Receiver side: echo CE.  When the CE state flips while a delayed ACK is
+ * pending, have TCP send an ACK right away (ICSK_ACK_NOW; see the top of the
+ * file for why not bpf_tcp_send_ack()), so the sender sees the flip within one
+ * segment, then switch ECE on/off.
  */
 static __always_inline void dctcp_ce_state_update(struct sock *sk, struct mltcp_dctcp_ca *ca,
 						  __u32 ce)
@@ -161,16 +170,10 @@ static __always_inline void dctcp_ce_state_update(struct sock *sk, struct mltcp_
 	struct tcp_sock *tp = mltcp_tcp_sk(sk);
 
 	if (ca->ce_state != ce) {
-		if (mltcp_icsk(sk)->icsk_ack.pending & ICSK_ACK_TIMER) {
-			if (ca->ce_state)
-				tp->ecn_flags |= TCP_ECN_DEMAND_CWR;
-			else
-				tp->ecn_flags &= ~TCP_ECN_DEMAND_CWR;
-			bpf_tcp_send_ack(tp, ca->prior_rcv_nxt);
-		}
+		if (mltcp_icsk(sk)->icsk_ack.pending & ICSK_ACK_TIMER)
+			mltcp_icsk(sk)->icsk_ack.pending |= ICSK_ACK_NOW;
 		ca->ce_state = ce;
 	}
-	ca->prior_rcv_nxt = tp->rcv_nxt;
 	if (ce)
 		tp->ecn_flags |= TCP_ECN_DEMAND_CWR;
 	else
@@ -203,15 +206,23 @@ void BPF_PROG(mltcp_dctcp_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 SEC("struct_ops")
 void BPF_PROG(mltcp_dctcp_acked, struct sock *sk, const struct ack_sample *sample)
 {
-	mltcp_repair(sk, dctcp_expected_ssthresh(sk));
 	mltcp_on_ack(sk, &dctcp_ca(sk)->m, MLTCP_CC_DCTCP);
 }
 
 SEC("struct_ops")
-void BPF_PROG(mltcp_dctcp_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
+void BPF_PROG(mltcp_dctcp_cong_control, struct sock *sk, __u32 ack, int flag,
+	      const struct rate_sample *rs)
 {
-	mltcp_repair(sk, dctcp_expected_ssthresh(sk));
-	tcp_reno_cong_avoid(sk, ack, mltcp_scale_acked(sk, &dctcp_ca(sk)->m, acked));
+	struct mltcp_dctcp_ca *ca = dctcp_ca(sk);
+	int grew = 0;
+
+	if (mltcp_control_begin(sk, &ca->m, dctcp_ssthresh_of(sk))) {
+		mltcp_prr(sk, &ca->m, rs, flag);
+	} else if (mltcp_may_raise(sk, flag)) {
+		tcp_reno_cong_avoid(sk, ack, mltcp_scale_acked(sk, &ca->m, rs->acked_sacked));
+		grew = 1;
+	}
+	mltcp_control_end(sk, &ca->m, grew);
 }
 
 SEC("struct_ops")
@@ -229,7 +240,7 @@ struct tcp_congestion_ops mltcp_dctcp = {
 	.release = (void *)mltcp_dctcp_release,
 	.in_ack_event = (void *)mltcp_dctcp_in_ack_event,
 	.pkts_acked = (void *)mltcp_dctcp_acked,
-	.cong_avoid = (void *)mltcp_dctcp_cong_avoid,
+	.cong_control = (void *)mltcp_dctcp_cong_control,
 	.ssthresh = (void *)mltcp_dctcp_ssthresh,
 	.set_state = (void *)mltcp_dctcp_state,
 	.cwnd_event = (void *)mltcp_dctcp_cwnd_event,

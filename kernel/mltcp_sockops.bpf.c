@@ -6,11 +6,19 @@
  * Attached to a job's cgroup (or to the root cgroup for address/port rules),
  * it runs when a socket listens, connects or is accepted.  It finds the
  * socket's job - from this attachment's cgroup storage (written by the control
- * plane right after attaching) or else from the mltcp_rules map - tags the
- * socket with the job id (sk storage, inherited by accepted children) and
- * selects the job's MLTCP congestion control with bpf_setsockopt().  The tag
- * is written first so that the module's init() already sees it.  Sockets of
- * no job are left alone.  There is no kernel counterpart to depart from.
+ * plane right after attaching) or else from the prefix and port rules
+ * (mltcp_rule_lookup, mltcp.h) - tags the socket with the job id (sk storage,
+ * inherited by accepted children) and selects the job's MLTCP congestion
+ * control with bpf_setsockopt().  The tag is written first so that the
+ * module's init() already sees it.  Sockets of no job are left alone.
+ *
+ * Fail-safe: when the job's config is stale (the agent is gone) or unusable
+ * (disabled, another ABI), a new connection of the job gets the kernel's own
+ * algorithm of the same family (reno, cubic, dctcp; dctcp only where the kernel
+ * has it, else the socket keeps what it had) instead of the BPF module, and the
+ * job's stale_fallbacks counts it.  Connections already running keep their
+ * module, which runs them at F = 1 (mltcp_on_ack).  There is no kernel
+ * counterpart to depart from.
  */
 #include "mltcp.h"
 
@@ -41,6 +49,40 @@ static __always_inline int set_cc(struct bpf_sock_ops *skops, __u32 cc)
 	}
 }
 
+/* The kernel's own algorithm of the module's family.  bpf_setsockopt never loads a
+ * module: without tcp_dctcp the call fails and the socket keeps its algorithm. */
+static __always_inline int set_native_cc(struct bpf_sock_ops *skops, __u32 cc)
+{
+	char reno[] = "reno";
+	char cubic[] = "cubic";
+	char dctcp[] = "dctcp";
+
+	switch (cc) {
+	case MLTCP_CC_RENO:
+		return bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, reno, sizeof(reno));
+	case MLTCP_CC_CUBIC:
+		return bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, cubic, sizeof(cubic));
+	case MLTCP_CC_DCTCP:
+		return bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, dctcp, sizeof(dctcp));
+	default:
+		return 0;
+	}
+}
+
+/* A job whose config cannot be used now: native CC for the new connection, counted. */
+static __always_inline void fall_back(struct bpf_sock_ops *skops, __u32 job,
+				      const struct mltcp_job_cfg *cfg)
+{
+	struct mltcp_job_state *st;
+
+	if (!cfg->cc)
+		return;   /* detached (config zeroed): not a job any more */
+	set_native_cc(skops, cfg->cc);
+	st = bpf_map_lookup_elem(&mltcp_job_state, &job);
+	if (st)
+		__sync_fetch_and_add(&st->stale_fallbacks, 1);
+}
+
 SEC("sockops")
 int mltcp_sockops(struct bpf_sock_ops *skops)
 {
@@ -50,48 +92,62 @@ int mltcp_sockops(struct bpf_sock_ops *skops)
 	__u32 raddr[4] = {};
 	__u32 *cg_job;
 	__u32 job = 0;
+	int tagged = 0;
+	__u32 family, op, ip4, ip6_0, ip6_1, ip6_2, ip6_3, rport, lport;
 
 	if (skops->op != BPF_SOCK_OPS_TCP_LISTEN_CB && skops->op != BPF_SOCK_OPS_TCP_CONNECT_CB &&
 	    skops->op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
 		return 1;
+	/* Read every context field first, unconditionally, on one path: the verifier
+	 * rejects the offset-adjusted context loads clang emits for reads on merging
+	 * branches ("dereference of modified ctx ptr"). */
+	family = skops->family;
+	op = skops->op;
+	ip4 = skops->remote_ip4;
+	ip6_0 = skops->remote_ip6[0];
+	ip6_1 = skops->remote_ip6[1];
+	ip6_2 = skops->remote_ip6[2];
+	ip6_3 = skops->remote_ip6[3];
+	rport = bpf_ntohl(skops->remote_port) & 0xffff;
+	lport = skops->local_port;
 	sk = skops->sk;
 	if (!sk)
 		return 1;
 	tag = bpf_sk_storage_get(&mltcp_sk_tags, sk, 0, 0);
-	if (tag && tag->job_id)
-		return 1;  /* already classified (inherited from the listener or a nested cgroup) */
-
-	cg_job = bpf_get_local_storage(&mltcp_cgroup_job, 0);
-	if (cg_job)
-		job = *cg_job;
+	if (tag && tag->job_id) {
+		/* Classified already (inherited from the listener, or a nested cgroup): the
+		 * module is set; only a job gone stale since changes anything. */
+		job = tag->job_id;
+		tagged = 1;
+	}
 	if (!job) {
-		/* Read every context field unconditionally: the verifier rejects the
-		 * offset-adjusted context loads clang emits for per-branch reads. */
-		__u32 family = skops->family, op = skops->op;
-		__u32 ip4 = skops->remote_ip4;
-		__u32 ip6_0 = skops->remote_ip6[0], ip6_1 = skops->remote_ip6[1];
-		__u32 ip6_2 = skops->remote_ip6[2], ip6_3 = skops->remote_ip6[3];
-		__u32 rport = bpf_ntohl(skops->remote_port) & 0xffff;
-		__u32 lport = skops->local_port;
-
-		if (op != BPF_SOCK_OPS_TCP_LISTEN_CB) {
-			if (family == AF_INET) {
-				raddr[0] = ip4;
-			} else if (family == AF_INET6) {
-				raddr[0] = ip6_0;
-				raddr[1] = ip6_1;
-				raddr[2] = ip6_2;
-				raddr[3] = ip6_3;
-			} else {
-				return 1;
-			}
+		cg_job = bpf_get_local_storage(&mltcp_cgroup_job, 0);
+		if (cg_job)
+			job = *cg_job;
+	}
+	if (!job) {
+		if (family == AF_INET) {
+			raddr[0] = ip4;
+		} else if (family == AF_INET6) {
+			raddr[0] = ip6_0;
+			raddr[1] = ip6_1;
+			raddr[2] = ip6_2;
+			raddr[3] = ip6_3;
+		} else {
+			return 1;
 		}
-		job = mltcp_rule_lookup(family, raddr, rport, lport);
+		job = mltcp_rule_lookup(family, raddr, rport, lport, op != BPF_SOCK_OPS_TCP_LISTEN_CB);
 	}
 	if (!job || job >= MLTCP_MAX_JOBS)
 		return 1;
 	cfg = bpf_map_lookup_elem(&mltcp_job_cfg, &job);
-	if (!cfg || !mltcp_cfg_usable(cfg))
+	if (!cfg)
+		return 1;
+	if (!mltcp_cfg_usable(cfg) || mltcp_cfg_stale(cfg, bpf_ktime_get_ns())) {
+		fall_back(skops, job, cfg);
+		return 1;
+	}
+	if (tagged)
 		return 1;
 	tag = bpf_sk_storage_get(&mltcp_sk_tags, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!tag)

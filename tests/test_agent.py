@@ -16,7 +16,7 @@ import pytest
 
 from mltcp.core.aggressiveness import FP_ONE
 from mltcp.core.errors import SpecError
-from mltcp.host import datapath, jobs, maps, telemetry
+from mltcp.host import datapath, jobs, maps, rules, telemetry
 from mltcp.host.agent import Agent
 
 pytestmark = pytest.mark.kernel
@@ -28,9 +28,9 @@ def reno_loaded(clean_datapath):
 
 
 def test_agent_keeps_configs_fresh_learns_and_serves_metrics(reno_loaded):
-    jobs.attach(jobs.JobSpec(name="fresh", budget=1000, stale_s=1, rules=(maps.Rule(port=7301),),
+    jobs.attach(jobs.JobSpec(name="fresh", budget=1000, stale_s=1, rules=(rules.Rule(port=7301),),
                              cc="reno"))
-    learner = jobs.attach(jobs.JobSpec(name="learn", learn=True, rules=(maps.Rule(port=7302),),
+    learner = jobs.attach(jobs.JobSpec(name="learn", learn=True, rules=(rules.Rule(port=7302),),
                                        cc="reno"))
     with maps.PinnedMap("mltcp_job_state") as st:  # five stable iterations seen by the datapath
         state = maps.JobState(f_fp=FP_ONE)

@@ -15,6 +15,7 @@ import functools
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 import tempfile
@@ -205,19 +206,31 @@ def _as_nobody() -> list[str]:
             "--clear-groups", "--inh-caps=-all"]
 
 
+def _nobody_runs(python: str, path: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*_as_nobody(), python, "-c", "import mltcp, prometheus_client"],
+                          capture_output=True, text=True, cwd="/",
+                          env={**os.environ, "PYTHONPATH": path})
+
+
 @functools.cache
-def _nobody_cannot_run() -> str | None:
-    """As root: why nobody cannot run this interpreter on this checkout, or None."""
+def _nobody_python() -> tuple[str, str] | str:
+    """As root: (interpreter, PYTHONPATH) with which nobody runs this checkout's CLI, or
+    why there is none.  The venv's interpreter first; where it lives under a directory
+    nobody may not enter (a pyenv build in /root), the system's interpreter of the same
+    version with the venv's packages on the path."""
     if not shutil.which("setpriv"):
         return "as root, needs setpriv (util-linux) to run the row as nobody"
-    probe = subprocess.run([*_as_nobody(), sys.executable, "-c", "import mltcp"],
-                           capture_output=True, text=True, cwd="/",
-                           env={**os.environ, "PYTHONPATH": str(REPO)})
-    if probe.returncode != 0:
-        return (f"as root, nobody must be able to run {sys.executable} and read {REPO} to "
-                f"run the row unprivileged ({probe.stderr.strip()[-120:]}); run this file "
-                "as an unprivileged user")
-    return None
+    probe = _nobody_runs(sys.executable, str(REPO))
+    if probe.returncode == 0:
+        return sys.executable, str(REPO)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    path = os.pathsep.join([str(REPO), *site.getsitepackages()])
+    for cand in (f"/usr/bin/{version}", f"/usr/local/bin/{version}"):
+        if os.access(cand, os.X_OK) and _nobody_runs(cand, path).returncode == 0:
+            return cand, path
+    return (f"as root, nobody must be able to run {sys.executable} (or /usr/bin/{version}) "
+            f"and read {REPO} to run the row unprivileged ({probe.stderr.strip()[-120:]}); "
+            "run this file as an unprivileged user")
 
 
 def why_not_runnable(row: Row) -> str | None:
@@ -226,7 +239,8 @@ def why_not_runnable(row: Row) -> str | None:
     if row.root and not root:
         return "needs root: the check behind it is reached only as root"
     if not row.root and root:
-        return _nobody_cannot_run()
+        found = _nobody_python()
+        return found if isinstance(found, str) else None
     return None
 
 
@@ -245,11 +259,15 @@ def run(row: Row) -> Answer:
             else:
                 path.write_text(content)
         argv = [a.replace("{dir}", str(base)) for a in row.argv]
-        env = {**os.environ, "PYTHONPATH": str(REPO), "MLTCP_STATE_DIR": str(base / "state"),
+        python, path = sys.executable, str(REPO)
+        prefix: list[str] = []
+        if os.geteuid() == 0 and not row.root:
+            prefix = _as_nobody()
+            python, path = _nobody_python()   # type: ignore[misc]
+        env = {**os.environ, "PYTHONPATH": path, "MLTCP_STATE_DIR": str(base / "state"),
                "MLTCP_PIN_ROOT": str(base / "no-pins"), "HOME": str(base),
                "XDG_CACHE_HOME": str(base / "cache")}
-        prefix = _as_nobody() if os.geteuid() == 0 and not row.root else []
-        proc = subprocess.run([*prefix, sys.executable, "-m", "mltcp.cli", *argv],
+        proc = subprocess.run([*prefix, python, "-m", "mltcp.cli", *argv],
                               capture_output=True, text=True, env=env, cwd=base,
                               timeout=TIMEOUT_S)
         shown = proc.stderr.replace(str(base), "DIR")

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 
 from mltcp.cli import build_parser
-from mltcp.host import jobs, maps
+from mltcp.host import jobs, rules
 
 REPO = Path(__file__).resolve().parents[1]
 JOB_KEYS = {"id", "name", "cc", "budget", "learn", "slope", "intercept", "cap", "gap_ms",
             "stale_s", "cgroup", "whole_host", "rules", "description"}
-RULE = dataclasses.asdict(maps.Rule(port=1))
+RULE = dataclasses.asdict(rules.Rule(port=1))
 STATUS_KEYS = {"name", "id", "cc", "budget", "learning", "learned_budget", "iteration",
                "bytes_ratio", "f", "stale", "flows"}
 
@@ -71,7 +71,7 @@ def test_doctor(tmp_path: Path) -> None:
 def test_job_list_shows_the_registry(tmp_path: Path) -> None:
     """A registry written here (no kernel needed to read it back): the job's fields."""
     assert document(cli(tmp_path, "-j", "job", "list")) == {}
-    spec = jobs.JobSpec(name="resnet", budget=1_000_000, rules=(maps.Rule(port=29500),))
+    spec = jobs.JobSpec(name="resnet", budget=1_000_000, rules=(rules.Rule(port=29500),))
     # jobs.json as jobs.Registry writes it; "datapath": null is what the CLI's pin root
     # (nothing pinned) gives, so the registry reads it back as live
     (tmp_path / "state").mkdir(exist_ok=True)

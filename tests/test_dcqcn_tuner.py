@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from mltcp.cli import main as cli_main
 from mltcp.core.aggressiveness import Aggressiveness
 from mltcp.core.dcqcn.knobs import KNOB_BY_NAME, KNOBS, SOURCES, markdown_table
 from mltcp.core.dcqcn.policy import DcqcnPolicy, Mode, preset
-from mltcp.core.errors import CapabilityError, SpecError
+from mltcp.core.errors import CapabilityError, MltcpError, SpecError
 from mltcp.core.iteration import IterationTracker
 from mltcp.host.dcqcn.backends import (
     DryRunBackend,
@@ -35,8 +36,8 @@ from mltcp.host.dcqcn.counters import (
     EthtoolCounter,
     FileCounter,
     counter_from_spec,
-    parse_ethtool_stats,
 )
+from mltcp.host.dcqcn.ethtool import EthtoolError, EthtoolStats
 from mltcp.host.dcqcn.snapshot import StateFile, load, restore, restore_file
 from mltcp.host.dcqcn.tuner import IterationStatus, Tuner, TunerConfig
 
@@ -475,6 +476,8 @@ def test_a_snapshot_left_behind_blocks_a_new_run(tmp_path: Path) -> None:
     first, feed, clock = make_tuner(root, tmp_path / "state")
     first.start()
     poll(first, feed, clock, 250_000)  # tuned, then "crashed": never closed
+    assert first.lock is not None
+    first.lock.release()  # as the kernel does when a tuner dies
     left = (tmp_path / "state/eth0.json").read_bytes()
     second, _, _ = make_tuner(root, tmp_path / "state")
     with pytest.raises(SpecError) as err, second:
@@ -538,22 +541,108 @@ def test_ib_port_xmit_data_counts_4_byte_words(tmp_path: Path) -> None:
     assert sampler.sample() == 40
 
 
-def test_ethtool_counter_reads_the_rdma_statistic(tmp_path: Path) -> None:
-    text = ("NIC statistics:\n     rx_packets: 12\n     tx_vport_rdma_unicast_bytes: 123456\n"
-            "     tx_vport_rdma_unicast_packets: 99\n")
-    assert parse_ethtool_stats(text)["tx_vport_rdma_unicast_bytes"] == 123456
+def _parse_ethtool_s(text: str) -> dict[str, int]:
+    """`ethtool -S` output (``     name: value`` lines) as a dict of integers."""
+    stats = {}
+    for line in text.splitlines()[1:]:
+        name, sep, value = line.strip().rpartition(":")
+        if sep and value.strip().isdigit():
+            stats[name.strip()] = int(value)
+    return stats
 
-    def run(cmd: list[str], **_: object) -> subprocess.CompletedProcess[str]:
-        assert cmd == ["ethtool", "-S", IFACE]
-        return subprocess.CompletedProcess(cmd, 0, text, "")
 
-    assert EthtoolCounter(IFACE, run=run).read() == 123456
-    assert counter_from_spec("auto", tmp_path, IFACE, run=run).read() == 123456  # no IB dev
-    with pytest.raises(CapabilityError):
-        EthtoolCounter(IFACE, "tx_bytes_phy", run=run).read()
+def _iface_with_stats() -> str:
+    """An interface of this namespace whose driver has ethtool statistics."""
+    for name in sorted(os.listdir("/sys/class/net")):
+        try:
+            with EthtoolStats(name) as st:
+                if st.read():
+                    return name
+        except EthtoolError:
+            continue
+    pytest.skip("no interface here has ethtool statistics (lo and most virtual ones lack them)")
+
+
+def test_ethtool_statistics_are_those_ethtool_prints() -> None:
+    """The ioctl reader against the ethtool binary, an independent reader of the same
+    counters: the same names in the same order, and every value between two runs of it."""
+    if not shutil.which("ethtool"):
+        pytest.skip("needs the ethtool binary (Debian package ethtool) to compare with")
+    iface = _iface_with_stats()
+
+    def ethtool_s() -> dict[str, int]:
+        out = subprocess.run(["ethtool", "-S", iface], capture_output=True, text=True,
+                             check=True).stdout
+        return _parse_ethtool_s(out)
+
+    with EthtoolStats(iface) as st:
+        before = ethtool_s()
+        ours = st.read()
+        after = ethtool_s()
+        assert list(ours) == list(before) == list(after)
+        for name, value in ours.items():
+            assert before[name] <= value <= after[name] or \
+                before[name] >= value >= after[name], name   # a gauge may go down
+        name = next(iter(ours))
+        counter = counter_from_spec(f"ethtool:{name}", "/", iface)
+        assert isinstance(counter, EthtoolCounter)
+        assert counter.read() >= 0 and counter._stats is not None
+        sock = counter._stats
+        counter.read()
+        assert counter._stats is sock          # one socket, opened once
+        counter.close()
+
+
+def test_ethtool_counter_says_what_is_wrong_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(CapabilityError, match=r"lo: its driver has no ethtool statistics; "
+                                              r"fix: use --counter ib"):
+        EthtoolCounter("lo").read()
+    with pytest.raises(CapabilityError, match=r"mltcpnosuch0: no such interface; fix: pass"):
+        EthtoolCounter("mltcpnosuch0").read()
+    # auto without an RDMA device behind the netdev falls back to ethtool (lo: none).
+    assert isinstance(counter_from_spec("auto", tmp_path, "lo"), EthtoolCounter)
+    with pytest.raises(SpecError, match="iface"):
+        counter_from_spec("ethtool", tmp_path, "../etc")
     with pytest.raises(SpecError):
         counter_from_spec("snmp:x", tmp_path, IFACE)
     assert FileCounter(tmp_path / "missing").description.endswith("missing")
+
+
+def test_ethtool_counter_names_a_missing_statistic() -> None:
+    iface = _iface_with_stats()
+    with pytest.raises(CapabilityError, match=f"{iface} has no ethtool statistic "
+                                              "'tx_vport_rdma_unicast_bytes'; fix: pick one"):
+        EthtoolCounter(iface).read()
+
+
+@pytest.mark.skipif(os.geteuid() != 0,
+                    reason="needs root (CAP_NET_ADMIN) to create a veth pair in a namespace")
+def test_ethtool_counter_on_a_veth_in_a_throwaway_namespace() -> None:
+    """veth's peer_ifindex statistic is the peer's interface index: a known value read
+    through the counter, in a namespace of its own (the ioctl socket is made inside)."""
+    ns = f"mltcp-ethtool-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        subprocess.run(["ip", "-n", ns, "link", "add", "mltcpa", "numrxqueues", "2",
+                        "numtxqueues", "2", "type", "veth", "peer", "name", "mltcpb"],
+                       check=True)
+        peer = int(subprocess.run(["ip", "netns", "exec", ns, "cat",
+                                   "/sys/class/net/mltcpb/ifindex"], capture_output=True,
+                                  text=True, check=True).stdout)
+        code = ("from mltcp.host.dcqcn.counters import counter_from_spec\n"
+                "from mltcp.host.dcqcn.ethtool import EthtoolStats\n"
+                "c = counter_from_spec('ethtool:peer_ifindex', '/', 'mltcpa')\n"
+                "print(c.read(), c.read())\n"
+                "print(sorted(EthtoolStats('mltcpa').read()))\n")
+        out = subprocess.run(["nsenter", f"--net=/run/netns/{ns}", "--", sys.executable,
+                              "-c", code], capture_output=True, text=True, cwd=REPO,
+                             check=False)
+        assert out.returncode == 0, out.stderr
+        first, names = out.stdout.splitlines()
+        assert first.split() == [str(peer), str(peer)]
+        assert "rx_queue_1_drops" in names        # per-queue statistics of both queues
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
 
 
 # -- crash and signals, in a real process --------------------------------------------
@@ -619,3 +708,66 @@ def test_sigterm_restores_before_exiting(tmp_path: Path) -> None:
     assert "SIGTERM: stopping" in output and "restored rpg_time_reset, rpg_byte_reset" in output
     assert tree(root) == before
     assert not (state / "eth0.json").exists()
+
+
+def test_sighup_restores_before_exiting(tmp_path: Path) -> None:
+    """A dropped SSH session (SIGHUP) stops the tuner the way Ctrl-C does: knobs back."""
+    root, state = tmp_path / "root", tmp_path / "state"
+    make_sysfs(root)
+    before = tree(root)
+    proc = _start_tuner(root, tmp_path / "tx_bytes", state)
+    _drive_until_tuned(proc, root, tmp_path / "tx_bytes", state / "eth0.json")
+    assert tree(root) != before
+    proc.send_signal(signal.SIGHUP)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGHUP, output
+    assert "SIGHUP: stopping" in output and "restored rpg_time_reset, rpg_byte_reset" in output
+    assert tree(root) == before
+    assert not (state / "eth0.json").exists()
+
+
+def test_a_live_tuner_blocks_restore_and_a_second_run(tmp_path: Path) -> None:
+    root, state = tmp_path / "root", tmp_path / "state"
+    make_sysfs(root)
+    before = tree(root)
+    proc = _start_tuner(root, tmp_path / "tx_bytes", state)
+    try:
+        _drive_until_tuned(proc, root, tmp_path / "tx_bytes", state / "eth0.json")
+        tuned = tree(root)
+        restore = subprocess.run([sys.executable, "-m", "mltcp.cli", "dcqcn", "restore",
+                                  "--iface", IFACE, "--state-dir", str(state)],
+                                 cwd=REPO, capture_output=True, text=True, check=False)
+        assert restore.returncode == 1, restore.stdout + restore.stderr
+        [line] = restore.stderr.splitlines()
+        assert f"pid {proc.pid}" in line and f"kill {proc.pid}" in line and "--force" in line
+        second = subprocess.run(
+            [sys.executable, "-m", "mltcp.cli", "dcqcn", "run", "--root", str(root), "--iface",
+             IFACE, "--budget", "1000000", "--counter", f"file:{tmp_path / 'tx_bytes'}",
+             "--state-dir", str(state)], cwd=REPO, capture_output=True, text=True, check=False)
+        assert second.returncode == 1, second.stdout + second.stderr
+        assert f"pid {proc.pid}" in second.stderr and f"kill {proc.pid}" in second.stderr
+        assert tree(root) == tuned and (state / "eth0.json").exists()   # nothing touched
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM and tree(root) == before
+    after = subprocess.run([sys.executable, "-m", "mltcp.cli", "dcqcn", "restore", "--iface",
+                            IFACE, "--state-dir", str(state)],
+                           cwd=REPO, capture_output=True, text=True, check=False)
+    assert after.returncode == 0 and "nothing to restore" in after.stdout
+
+
+def test_a_tuner_holds_its_port_until_closed(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    make_sysfs(root)
+    first, feed, clock = make_tuner(root, tmp_path / "state")
+    second, _, _ = make_tuner(root, tmp_path / "state")
+    with first:
+        poll(first, feed, clock, 250_000)
+        with pytest.raises(MltcpError, match=f"eth0 is tuned by a live .*pid {os.getpid()}.*"
+                                             f"kill {os.getpid()}"):
+            second.start()
+        assert load(tmp_path / "state/eth0.json").ours   # the first one's marks, intact
+    with second:          # the first one restored and let go of the port
+        assert second.lock is not None and second.lock.held
+    assert values(root, "rpg_ai_rate") == [KNOB_BY_NAME["rpg_ai_rate"].default]

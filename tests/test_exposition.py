@@ -39,6 +39,20 @@ def test_values_are_exact_and_counters_keep_moving_past_a_million(one_job, tmp_p
     assert "# TYPE mltcp_job_iterations_total counter" in text
 
 
+def test_stale_fallbacks_are_a_counter_in_metrics_and_status(monkeypatch, tmp_path):
+    """New connections a stale job handed the native CC (the sockops fail-safe) are counted
+    per job: mltcp_job_stale_fallbacks_total, and a note in `mltcp status`."""
+    stale = _status(stale=True, stale_fallbacks=7)
+    monkeypatch.setattr(telemetry, "collect", lambda registry=None: [stale])
+    text = exposition.render(jobs.Registry(tmp_path))
+    assert "# TYPE mltcp_job_stale_fallbacks_total counter" in text
+    assert 'mltcp_job_stale_fallbacks_total{cc="cubic",job="resnet"} 7.0' in text
+    row = telemetry.to_table([stale]).splitlines()[1]
+    assert row.endswith("stale (7 new connections ran the native cubic)")
+    assert telemetry.to_json([stale])[0]["stale_fallbacks"] == 7
+    assert "new connections" not in telemetry.to_table([_status()])
+
+
 def test_the_endpoint_serves_metrics_health_and_a_clear_404(one_job, tmp_path):
     state = {"ok": True}
     endpoint = exposition.HttpEndpoint(

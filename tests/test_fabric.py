@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 
 from mltcp.core.errors import SpecError
 from mltcp.host.namespaces import list_netns, nsenter_argv
-from mltcp.lab.emulation import fabric, netns, traffic
+from mltcp.lab.emulation import fabric, netns, owners, traffic
 from mltcp.lab.graph import LinkSpec, NetworkGraph
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0,
@@ -81,6 +82,38 @@ def test_dumbbell_ring_crosses_the_bottleneck_both_ways_with_barriers():
         assert left >= 3 * 2_000_000 and right >= 3 * 2_000_000
         namespaces = f.namespaces
     assert not set(namespaces) & set(list_netns())
+
+
+def test_queues_read_over_netlink_are_those_tc_prints_in_the_namespace():
+    """The fabric's netlink reads (one socket per namespace, kept open) against tc run
+    inside the namespace, after a ring put megabytes through both bottleneck queues."""
+    with fabric.dumbbell(4, 500, 100) as f:
+        traffic.run(_ring(f, ["h1", "h3"], 9150, iterations=2))
+
+        def tc_roots() -> dict[str, dict]:
+            return {q["dev"]: q for q in json.loads(f.check_output(
+                "swL", ["tc", "-s", "-j", "qdisc", "show"])) if q.get("root")}
+
+        before = tc_roots()
+        ours = f.qdisc_stats("swL")
+        after = tc_roots()
+        assert set(ours) == set(before) == set(after)
+        left = f.egress("bottleneck", "swL")
+        assert ours[left.dev].bytes >= 2 * 2_000_000
+        for dev, st in ours.items():
+            for name in ("bytes", "packets", "drops", "overlimits", "requeues"):
+                assert before[dev][name] <= getattr(st, name) <= after[dev][name], (dev, name)
+        assert f.queue(left).bytes >= ours[left.dev].bytes
+        reader = f._built.readers[f.ns("swL")]
+        assert f.qdisc_stats("swL") and f._built.readers[f.ns("swL")] is reader  # kept
+        seen: list[int] = []
+        t = threading.Thread(target=lambda: seen.append(f.queue(left).packets))
+        t.start()
+        t.join()
+        assert seen and seen[0] >= ours[left.dev].packets      # another thread, same socket
+    assert reader._sock.fileno() == -1                          # closed with the fabric
+    with pytest.raises(netns.NetnsError, match="closed"):
+        f.queue(left)
 
 
 def test_leaf_spine_spreads_over_equal_cost_uplinks():
@@ -229,6 +262,36 @@ def test_sigterm_cleans_up():
     child.send_signal(signal.SIGTERM)
     assert child.wait(timeout=15) == -signal.SIGTERM
     assert not any(ns.startswith(tag) for ns in list_netns())
+
+
+def test_processes_a_fabric_started_die_with_its_sigkilled_parent():
+    """SIGKILL runs no teardown: what Fabric.run started must still not outlive the
+    process (setpriv --pdeathsig); the namespaces are left for `mltcp testbed clean`."""
+    tag = f"{OUR_PREFIX}orphan"
+    code = ("import os, time; from mltcp.lab.emulation import fabric\n"
+            f"f = fabric.dumbbell(2, 100, 50, prefix={tag!r})\n"
+            "p = f.run('h1', ['sleep', '60'])\n"
+            "time.sleep(0.5)\n"               # nsenter -> setpriv -> sleep: exec'd by now
+            "print(p.pid, os.getpgid(p.pid), flush=True); time.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert child.stdout is not None
+        pid, pgid = (int(x) for x in child.stdout.readline().split())
+        assert Path(f"/proc/{pid}/comm").read_text().strip() == "sleep"
+        assert pgid == pid != os.getpgid(child.pid)          # the fabric's own group
+        child.kill()
+        child.wait()
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not Path(f"/proc/{pid}").exists(), "the fabric's process outlived its parent"
+    finally:
+        child.kill()
+        netns.cleanup_leftovers(tag)
+        for record in owners.records():     # the killed process's claim (as clean does)
+            if not record.alive:
+                owners.forget(record)
 
 
 def test_cleanup_leftovers_removes_prefixed_namespace():

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from mltcp.host import datapath, jobs, maps
+from mltcp.host import datapath, jobs, maps, rules
 from mltcp.host.state import lock_path
 
 pytestmark = pytest.mark.kernel
@@ -35,7 +35,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_lock_file_outlives_every_job(clean_datapath):
     """Unlinking a lock file lets two writers lock two different inodes."""
     datapath.load(["reno"])
-    jobs.attach(jobs.JobSpec(name="a", cc="reno", budget=10**6, rules=(maps.Rule(port=7001),)))
+    jobs.attach(jobs.JobSpec(name="a", cc="reno", budget=10**6, rules=(rules.Rule(port=7001),)))
     inode = lock_path(jobs.Registry().dir).stat().st_ino
     jobs.detach("a")
     jobs.Registry().clear()
@@ -138,7 +138,7 @@ def _cfg(job_id: int) -> maps.JobCfg:
 def test_no_signal_is_lost_to_the_agents_refresh(clean_datapath):
     datapath.load(["reno"])
     rec = jobs.attach(jobs.JobSpec(name="sig", cc="reno", budget=10**6,
-                                   rules=(maps.Rule(port=7003),)))
+                                   rules=(rules.Rule(port=7003),)))
     agent = _agent(0.05)      # refreshing (read config, rewrite it) 20 times a second
     try:
         for _ in range(300):
@@ -156,7 +156,7 @@ def test_agent_killed_and_restarted_keeps_the_jobs_and_the_unit_can_load_again(
     both succeed, and the job's config is refreshed again."""
     assert _cli("load", "all").returncode == 0
     rec = jobs.attach(jobs.JobSpec(name="a", cc="cubic", budget=10**6, stale_s=2,
-                                   rules=(maps.Rule(port=7004),)))
+                                   rules=(rules.Rule(port=7004),)))
     agent = _agent(0.1)
     agent.send_signal(signal.SIGKILL)
     agent.wait(timeout=10)
@@ -182,7 +182,7 @@ def test_agent_killed_and_restarted_keeps_the_jobs_and_the_unit_can_load_again(
 def test_agent_keeps_live_jobs_fresh_while_the_registry_is_damaged(clean_datapath):
     datapath.load(["reno"])
     rec = jobs.attach(jobs.JobSpec(name="a", cc="reno", budget=10**6, stale_s=2,
-                                   rules=(maps.Rule(port=7005),)))
+                                   rules=(rules.Rule(port=7005),)))
     registry = jobs.Registry()
     good = registry.path.read_text()
     registry.path.write_text(good[: len(good) // 2])       # truncated

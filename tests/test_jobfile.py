@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mltcp.core.errors import SpecError
-from mltcp.host import jobfile, jobs, logs, maps
+from mltcp.host import datapath, jobfile, jobs, logs, rules
 
 FILE = """
 modules = ["reno"]
@@ -50,10 +50,10 @@ def test_a_job_file_declares_modules_and_jobs_with_attachs_fields(tmp_path):
     assert declared.modules == ("reno", "cubic")       # the jobs' modules are added
     resnet, bert = declared.jobs
     assert resnet.budget == 2 * 3 * 100_000_000 // 4     # ring AllReduce: 2(N-1)/N G
-    assert resnet.rules == (maps.Rule(port=7101),)
+    assert resnet.rules == (rules.Rule(port=7101),)
     assert bert.budget == 1_500_000 and bert.slope == 2.0 and bert.stale_s == 0
-    assert bert.rules == (maps.Rule(address="10.0.0.7", port=29500),
-                          maps.Rule(address="fd00::7", port=29501))
+    assert bert.rules == (rules.Rule(address="10.0.0.7", port=29500),
+                          rules.Rule(address="fd00::7", port=29501))
 
 
 @pytest.mark.parametrize("text,field", [
@@ -156,8 +156,8 @@ def test_apply_checks_everything_before_changing_anything(clean_datapath, tmp_pa
     proc = _cli("apply", str(clash))
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        f"mltcp: error: {clash}: job 'b': *:7103 already belongs to job 'manual'; "
-        "detach manual or change the rule"]
+        f"mltcp: error: {clash}: rules: port 7103 (any address) (job 'b') already belongs "
+        "to job 'manual'; detach manual or change the rule"]
     no_cgroup = _write(tmp_path, "[[job]]\nname = 'a'\ncc = 'reno'\nbudget = 5000\nport = 7105\n"
                                  "[[job]]\nname = 'c'\ncc = 'reno'\nbudget = 5000\n"
                                  "cgroup = 'no/such/cgroup'\n", "cg.toml")
@@ -204,6 +204,33 @@ def test_the_agent_applies_its_file_at_start_and_again_on_sighup(clean_datapath,
     assert "INFO mltcp.host.agent: applied" in out
     assert "ERROR mltcp.host.agent: reload of" in out and "jobs unchanged" in out
     assert _cli("unload", "--all").returncode == 0
+
+
+def test_a_killed_agent_on_a_rebooted_host_brings_the_declared_jobs_back(clean_datapath,
+                                                                         tmp_path):
+    """SIGKILL the agent, then lose everything a reboot loses (modules, pins, the job
+    registry in /run): nothing of mltcp is left, and the agent started again with the
+    same file attaches the same jobs, each with an id of its own."""
+    path = _write(tmp_path, FILE)
+    agent = _agent("--config", str(path))
+    try:
+        assert _wait_for(lambda: set(jobs.Registry().read()) == {"resnet", "bert"})
+    finally:
+        agent.send_signal(signal.SIGKILL)
+        agent.wait(timeout=10)
+    assert _cli("unload", "--all").returncode == 0      # what a reboot takes away
+    assert jobs.Registry().read() == {} and datapath.settle() == []
+    agent = _agent("--config", str(path))
+    try:
+        assert _wait_for(lambda: set(jobs.Registry().read()) == {"resnet", "bert"})
+        ids = [r.id for r in jobs.Registry().read().values()]
+        assert len(ids) == len(set(ids))
+        assert {"reno", "cubic"} <= set(datapath.loaded_modules())
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=10)
+    assert _cli("unload", "--all").returncode == 0
+    assert datapath.settle() == []
 
 
 @pytest.mark.kernel

@@ -13,7 +13,7 @@ import pytest
 
 from mltcp.core.aggressiveness import FP_ONE
 from mltcp.core.errors import MltcpError, SpecError
-from mltcp.host import datapath, jobs, maps, telemetry
+from mltcp.host import datapath, jobs, maps, rules, telemetry
 
 pytestmark = pytest.mark.kernel
 
@@ -40,15 +40,17 @@ def _cfg(job_id: int) -> maps.JobCfg:
 
 def test_spec_validation_names_the_field():
     cases = [
-        (dict(name="bad name!", budget=1, rules=(maps.Rule(port=1),)), "name"),
-        (dict(name="j", cc="vegas", budget=1, rules=(maps.Rule(port=1),)), "cc"),
-        (dict(name="j", budget=0, rules=(maps.Rule(port=1),)), "budget"),
-        (dict(name="j", budget=1, slope=-1, rules=(maps.Rule(port=1),)), "slope"),
-        (dict(name="j", budget=1, intercept=0, rules=(maps.Rule(port=1),)), "intercept"),
+        (dict(name="bad name!", budget=1, rules=(rules.Rule(port=1),)), "name"),
+        (dict(name="j", cc="vegas", budget=1, rules=(rules.Rule(port=1),)), "cc"),
+        (dict(name="j", budget=0, rules=(rules.Rule(port=1),)), "budget"),
+        (dict(name="j", budget=1, slope=-1, rules=(rules.Rule(port=1),)), "slope"),
+        (dict(name="j", budget=1, intercept=0, rules=(rules.Rule(port=1),)), "intercept"),
         (dict(name="j", budget=1), "cgroup"),
-        (dict(name="j", budget=1, rules=(maps.Rule(),)), "rule"),
-        (dict(name="j", budget=1, gap_ms=0, rules=(maps.Rule(port=1),)), "gap_ms"),
-        (dict(name="j", budget=5, learn=True, rules=(maps.Rule(port=1),)), "budget"),
+        (dict(name="j", budget=1, rules=("10.0.0.1:80",)), "rule"),
+        (dict(name="j", budget=1, rules=tuple(rules.Rule(port=p) for p in range(1, 34))),
+         "rule"),
+        (dict(name="j", budget=1, gap_ms=0, rules=(rules.Rule(port=1),)), "gap_ms"),
+        (dict(name="j", budget=5, learn=True, rules=(rules.Rule(port=1),)), "budget"),
     ]
     for kw, field in cases:
         with pytest.raises(SpecError) as err:
@@ -78,7 +80,7 @@ def test_attach_renders_the_spec_into_the_kernel_config(loaded, cgroup):
 def test_attach_requires_the_module_loaded(clean_datapath):
     datapath.load(["reno"])
     with pytest.raises(MltcpError, match="mltcp_dctcp is not loaded"):
-        jobs.attach(jobs.JobSpec(name="x", cc="dctcp", budget=1, rules=(maps.Rule(port=9),)))
+        jobs.attach(jobs.JobSpec(name="x", cc="dctcp", budget=1, rules=(rules.Rule(port=9),)))
     assert jobs.Registry().read() == {}
 
 
@@ -89,11 +91,12 @@ def test_missing_cgroup_is_rejected_before_the_kernel_is_touched(loaded):
 
 
 def test_rule_conflict_and_duplicate_name_leave_kernel_untouched(loaded):
-    jobs.attach(jobs.JobSpec(name="a", budget=1000, rules=(maps.Rule("10.0.0.1", 80),)))
-    with pytest.raises(SpecError, match="rule: 10.0.0.1:80 already belongs to job id 1"):
-        jobs.attach(jobs.JobSpec(name="b", budget=1000, rules=(maps.Rule("10.0.0.1", 80),)))
+    jobs.attach(jobs.JobSpec(name="a", budget=1000, rules=(rules.Rule("10.0.0.1", 80),)))
+    with pytest.raises(SpecError, match=r"rule: dst 10.0.0.1 \(one host\) and port 80 "
+                       r"\(job 'b'\) already belongs to job 'a'; detach a or change the rule"):
+        jobs.attach(jobs.JobSpec(name="b", budget=1000, rules=(rules.Rule("10.0.0.1", 80),)))
     with pytest.raises(MltcpError, match="job 'a' is already attached"):
-        jobs.attach(jobs.JobSpec(name="a", budget=1000, rules=(maps.Rule("10.0.0.2", 80),)))
+        jobs.attach(jobs.JobSpec(name="a", budget=1000, rules=(rules.Rule("10.0.0.2", 80),)))
     assert list(jobs.Registry().read()) == ["a"]
     assert not _cfg(2).flags
 
@@ -104,18 +107,18 @@ def test_failed_cgroup_attach_rolls_back_rules_and_config(loaded, cgroup, monkey
 
     monkeypatch.setattr(datapath, "attach_cgroup", boom)
     spec = jobs.JobSpec(name="r", budget=1000, cgroup=str(cgroup),
-                        rules=(maps.Rule("10.0.0.9", 81),))
+                        rules=(rules.Rule("10.0.0.9", 81),))
     with pytest.raises(OSError, match="injected"):
         jobs.attach(spec)
-    with maps.PinnedMap("mltcp_rules") as rules:
-        assert rules.keys(maps.RuleKey) == []
+    with maps.PinnedMap("mltcp_prefix_rules") as trie:
+        assert trie.keys(maps.PrefixKey) == []
     assert not _cfg(1).flags
     assert jobs.Registry().read() == {}
     assert not (maps.PIN_ROOT / "links").exists()
 
 
 def test_learning_sets_the_budget_from_stable_history(loaded):
-    rec = jobs.attach(jobs.JobSpec(name="l", learn=True, rules=(maps.Rule(port=7000),)))
+    rec = jobs.attach(jobs.JobSpec(name="l", learn=True, rules=(rules.Rule(port=7000),)))
     key = ctypes.c_uint32(rec.id)
     with maps.PinnedMap("mltcp_job_state") as st:
         state = maps.JobState(f_fp=FP_ONE)
@@ -133,7 +136,7 @@ def test_learning_sets_the_budget_from_stable_history(loaded):
 
 
 def test_signal_bumps_the_sequence(loaded):
-    rec = jobs.attach(jobs.JobSpec(name="s", budget=1000, rules=(maps.Rule(port=7001),)))
+    rec = jobs.attach(jobs.JobSpec(name="s", budget=1000, rules=(rules.Rule(port=7001),)))
     assert jobs.signal("s") == 1
     assert jobs.signal("s") == 2
     assert _cfg(rec.id).signal_seq == 2
@@ -142,7 +145,8 @@ def test_signal_bumps_the_sequence(loaded):
 
 
 def test_refresh_keeps_config_fresh_and_status_reports_stale(loaded):
-    rec = jobs.attach(jobs.JobSpec(name="f", budget=1000, stale_s=1, rules=(maps.Rule(port=7002),)))
+    rec = jobs.attach(jobs.JobSpec(name="f", budget=1000, stale_s=1,
+                                   rules=(rules.Rule(port=7002),)))
     with maps.PinnedMap("mltcp_job_cfg") as m:
         cfg = m.get(ctypes.c_uint32(rec.id), maps.JobCfg)
         cfg.refreshed_ns -= 2_000_000_000

@@ -25,7 +25,9 @@ MIRRORS = {
     "mltcp_job_cfg": maps.JobCfg,
     "mltcp_job_state": maps.JobState,
     "mltcp_flow_info": maps.FlowInfo,
-    "mltcp_rule_key": maps.RuleKey,
+    "mltcp_prefix_key": maps.PrefixKey,
+    "mltcp_port_rule": maps.PortRule,
+    "mltcp_port_rules": maps.PortRules,
     "mltcp_health": maps.Health,
 }
 
@@ -64,6 +66,7 @@ def test_abi_version_matches_header():
     assert version == maps.ABI_VERSION
     assert int(re.search(r"#define MLTCP_HISTORY (\d+)", header).group(1)) == maps.HISTORY
     assert int(re.search(r"#define MLTCP_MAX_JOBS (\d+)", header).group(1)) == maps.MAX_JOBS
+    assert int(re.search(r"#define MLTCP_PORT_RULES (\d+)", header).group(1)) == maps.PORT_RULES
 
 
 def test_fixed_point_constants_match_header():

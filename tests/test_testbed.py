@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -12,10 +14,10 @@ from importlib import resources
 import pytest
 
 from mltcp.core.errors import MltcpError, SpecError
-from mltcp.host import datapath, jobs, maps
+from mltcp.host import datapath, jobs, rules
 from mltcp.host.namespaces import list_netns
 from mltcp.lab import metrics
-from mltcp.lab.emulation import testbed, traffic
+from mltcp.lab.emulation import owners, testbed, traffic
 from mltcp.lab.plan import compute_jitter_ms
 from mltcp.lab.runner import run_one
 from mltcp.lab.scenario import load_scenario
@@ -85,7 +87,7 @@ def test_testbed_clean_removes_what_a_killed_run_left(clean_datapath):
     datapath.load(["reno"])
     subprocess.run(["ip", "netns", "add", "mltcp-killed-h1"], check=True)
     jobs.attach(jobs.JobSpec(name=f"{testbed.JOB_PREFIX}x-w0", cc="reno", budget=1000,
-                             rules=(maps.Rule(port=9999),)))
+                             rules=(rules.Rule(port=9999),)))
     proc = subprocess.run([sys.executable, "-m", "mltcp.cli", "testbed", "clean"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -205,3 +207,100 @@ def test_compute_jitter_is_the_seeded_sequence(clean_datapath):
         slept_ms = (it.comm_start - it.start) * 1000
         assert 120 + jitter - 1 <= slept_ms <= 120 + jitter + 20, (slept_ms, jitter)
     _no_leftovers()
+
+
+def _long_run(tmp_path, iterations: int = 40) -> subprocess.Popen[str]:
+    """`mltcp run` of the compatible pair (300 Mbit/s, one seed, MLTCP-Reno: a module,
+    jobs, ECN markers, two job drivers), in a process of its own."""
+    text = (resources.files("mltcp.lab") / "scenarios" / "compatible-pair.toml").read_text()
+    spec = tmp_path / "long.toml"
+    spec.write_text(text.replace("bottleneck_mbit = 1000", "bottleneck_mbit = 300")
+                    .replace("iterations = 40", f"iterations = {iterations}"))
+    return subprocess.Popen([sys.executable, "-m", "mltcp.cli", "run", str(spec), "--scheme",
+                             "mltcp-reno", "--seed", "0", "--out", str(tmp_path / "out")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _until_running(run: subprocess.Popen[str]) -> tuple[list[str], int]:
+    """Wait until the run has its namespaces, jobs, module and both drivers; return its
+    namespaces and its process group."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert run.poll() is None, run.communicate()
+        spaces = [ns for ns in list_netns() if ns.startswith(f"mltcp-{run.pid}-")]
+        tb_jobs = [n for n in jobs.Registry().read() if n.startswith(testbed.JOB_PREFIX)]
+        if len(_drivers()) == 2 and spaces and len(tb_jobs) == 4 and \
+                "mltcp_reno" in datapath.available_ccs():
+            time.sleep(1)                         # mid-communication: megabytes in flight
+            return spaces, os.getpgid(_drivers()[0])
+        time.sleep(0.1)
+    run.kill()
+    pytest.fail("the run never got its namespaces, jobs, module and drivers up")
+
+
+def _records_of(run: subprocess.Popen[str]) -> list[owners.RunRecord]:
+    return [r for r in owners.records() if r.id.startswith(f"{run.pid}-")]
+
+
+def _group_is_empty(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("signo", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signalled_run_tears_everything_down(clean_datapath, tmp_path, signo):
+    """SIGTERM (kill, systemd), SIGHUP (a dropped SSH session) and Ctrl-C take the same
+    path: no namespace, job, marker, module, pin, driver or run record survives."""
+    assert _drivers() == []
+    run = _long_run(tmp_path)
+    _spaces, pgid = _until_running(run)
+    assert pgid not in (os.getpgid(0), os.getpgid(run.pid))   # the drivers' own group
+    run.send_signal(signo)
+    _out, err = run.communicate(timeout=60)
+    assert run.returncode == 128 + signo, err
+    assert f"interrupted ({signal.Signals(signo).name})" in err
+    _no_leftovers()
+    assert _drivers() == [] and _group_is_empty(pgid)
+    assert "mltcp_reno" not in datapath.available_ccs()       # the run had loaded it
+    assert datapath.settle() == []                            # no pin, marker or map left
+    assert _records_of(run) == []                             # its claim went last
+    assert not traffic.stale_scratch()
+
+
+def test_a_second_signal_does_not_cut_the_teardown_short(clean_datapath, tmp_path):
+    run = _long_run(tmp_path)
+    _until_running(run)
+    run.send_signal(signal.SIGTERM)
+    time.sleep(0.05)                              # inside the teardown by now
+    run.send_signal(signal.SIGTERM)
+    run.send_signal(signal.SIGHUP)
+    _out, err = run.communicate(timeout=60)
+    assert run.returncode == 128 + signal.SIGTERM, err
+    _no_leftovers()
+    assert _drivers() == [] and datapath.settle() == [] and _records_of(run) == []
+
+
+def test_testbed_clean_spares_a_live_run(clean_datapath, tmp_path):
+    """`testbed clean` while a run goes on removes a dead run's leftovers only, says which
+    run it kept, and the run still finishes; afterwards there is nothing left to remove."""
+    run = _long_run(tmp_path, iterations=30)
+    spaces, _pgid = _until_running(run)
+    subprocess.run(["ip", "netns", "add", "mltcp-killed-h1"], check=True)   # a dead run's
+    proc = subprocess.run([sys.executable, "-m", "mltcp.cli", "testbed", "clean"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "namespace mltcp-killed-h1" in proc.stdout
+    assert f"kept {len(spaces)} namespaces and 4 jobs of run {run.pid} (alive)" in proc.stdout
+    assert set(spaces) <= set(list_netns()) and run.poll() is None
+    assert len([n for n in jobs.Registry().read() if n.startswith(testbed.JOB_PREFIX)]) == 4
+    _out, err = run.communicate(timeout=300)
+    assert run.returncode == 0, err               # the run was not disturbed
+    assert (tmp_path / "out" / "traces" / "mltcp-reno-seed0.json").exists()
+    again = subprocess.run([sys.executable, "-m", "mltcp.cli", "testbed", "clean"],
+                           capture_output=True, text=True)
+    assert again.returncode == 0 and again.stdout.strip() == "removed nothing", again.stdout
+    _no_leftovers()
+    assert datapath.settle() == [] and _records_of(run) == []

@@ -16,11 +16,16 @@ are one line too, :class:`Parser`).
 
 The exit codes are defined once, in :mod:`mltcp.cli.exits`, and every ``--help`` ends
 with them; ``-j/--json`` is :mod:`mltcp.cli.output`.
+Commands that change the host while they run (``run``, ``compare``, ``demo``,
+``sweep``, ``dcqcn run``: parsers with ``teardown_signals=True``) turn SIGTERM and SIGHUP
+into the same unwinding as Ctrl-C (:mod:`mltcp.core.signals`) and exit 128 + N.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -28,6 +33,7 @@ from typing import Any, NoReturn
 from mltcp import __version__
 from mltcp.cli import dcqcn, host, lab, output
 from mltcp.cli.exits import Exit, epilog
+from mltcp.core import signals
 from mltcp.core.errors import CapabilityError, MltcpError, SpecError
 
 # What the lab needs and a host install (no extras) does not have.
@@ -85,9 +91,12 @@ def _command(args: argparse.Namespace) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    guard = (signals.unwinding() if getattr(args, "teardown_signals", False)
+             else contextlib.nullcontext())
     try:
         output.check(args, _command(args))
-        return args.handler(args)
+        with guard:
+            return args.handler(args)
     except SpecError as exc:
         print(f"mltcp: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -106,9 +115,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mltcp: error: `mltcp {args.cmd}` needs {exc.name}, which comes with the lab: "
               "pip install 'mltcp[lab]'", file=sys.stderr)
         return EXIT_CAPABILITY
-    except KeyboardInterrupt:
-        print("mltcp: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:    # Ctrl-C, or SIGTERM/SIGHUP under teardown_signals
+        signo = exc.signo if isinstance(exc, signals.Terminated) else signal.SIGINT
+        with contextlib.suppress(OSError):      # stderr may be gone with the SSH session
+            print(f"mltcp: interrupted ({signals.name(signo)})", file=sys.stderr)
+        return signals.exit_code(signo)
 
 
 if __name__ == "__main__":

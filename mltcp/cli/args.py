@@ -50,3 +50,8 @@ def integer(lo: int, hi: int, example: str) -> Callable[[str], int]:
 
 def port(example: str = "5201") -> Callable[[str], int]:
     return _typed(int, lambda v: validate.port(v, "", example), "a port number")
+
+
+def port_range() -> Callable[[str], str]:
+    """``29500`` or ``29500-29600``, checked; the text is kept for the job's rule parser."""
+    return _typed(str, lambda v: (validate.port_range(v, ""), v)[1], "a port or port range")

@@ -7,27 +7,33 @@ The parser (:func:`register`) and the commands: parsed arguments into library ca
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from mltcp.cli import args as args_
 from mltcp.cli.exits import Exit
 from mltcp.cli.output import add_json_flag, emit
+from mltcp.core import signals
 from mltcp.core.aggressiveness import Aggressiveness
 from mltcp.core.dcqcn.knobs import KNOBS, markdown_table, text_table
 from mltcp.core.dcqcn.policy import PRESETS as DCQCN_PRESETS
 from mltcp.core.dcqcn.policy import DcqcnPolicy, preset
-from mltcp.core.errors import SpecError
+from mltcp.core.errors import MltcpError, SpecError
 from mltcp.core.validate import parse_bytes
 from mltcp.host.dcqcn.backends import BACKEND_KINDS, DryRunBackend, probe
 from mltcp.host.dcqcn.counters import counter_from_spec
-from mltcp.host.dcqcn.snapshot import default_state_dir, restore_file, snapshot_path
-from mltcp.host.dcqcn.tuner import Tuner, TunerConfig, advice_summary
+from mltcp.host.dcqcn.snapshot import (
+    default_state_dir,
+    live_tuner,
+    restore_file,
+    snapshot_path,
+)
+from mltcp.host.dcqcn.tuner import Tuner, TunerConfig, advice_summary, busy_port
 
 DEFAULT_PRESET = "tuned"
 
@@ -53,8 +59,10 @@ def register(sub: Any) -> None:
     dk.add_argument("--markdown", action="store_true", help="as in rdma/README.md")
     add_json_flag(dk, "the table ([{name, side, unit, min, max, default, sysfs, debugfs, "
                       "scaling, source, about}])")
-    dr = dqs.add_parser("run", parents=[port], help="tune until Ctrl-C/SIGTERM/--duration-s, "
-                                                    "then restore every knob it changed")
+    dr = dqs.add_parser("run", parents=[port], help="tune until Ctrl-C/SIGTERM/SIGHUP/"
+                                                    "--duration-s, then restore every knob "
+                                                    "it changed")
+    dr.set_defaults(teardown_signals=True)   # SIGTERM and SIGHUP restore as Ctrl-C does
     dr.add_argument("--budget", required=True, metavar="BYTES",
                     help="bytes this host sends per iteration, e.g. 150MB (1 B..1 TiB; "
                          "required)")
@@ -104,20 +112,15 @@ def register(sub: Any) -> None:
     dre.add_argument("--state-dir", metavar="DIR",
                      help="snapshot directory (default /var/lib/mltcp/dcqcn)")
     dre.add_argument("--force", action="store_true",
-                     help="also overwrite knobs someone else changed since")
+                     help="also overwrite knobs someone else changed since, and restore even "
+                          "while a live `dcqcn run` tunes the port")
     dq.set_defaults(handler=main)
 
 
-class _Terminated(Exception):
-    """SIGTERM, turned into an exception so that ``finally`` restores the knobs."""
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise _Terminated
-
-
 def _say(message: str) -> None:
-    print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
+    # After SIGHUP the terminal is gone (EIO): the restore must go on without its log.
+    with contextlib.suppress(OSError):
+        print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
 
 
 def _ms_to_ns(value: float, field: str) -> int:
@@ -166,26 +169,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     tuner = Tuner(backend, counter, config, state_path, log=_say,
                   on_iteration=lambda s: _say(s.line()))
     duration = None if args.duration_s is None else round(args.duration_s * 1e9)
-    old = signal.signal(signal.SIGTERM, _on_sigterm)
     rc = 0
     try:
         tuner.start()
         if tuner.tracker.state.total_bytes == 0:
             after = "" if args.advise else " and restores the knobs"
             _say(f"waiting for RDMA traffic ({counter.description}); one status line per "
-                 f"iteration; Ctrl-C or SIGTERM stops{after}")
+                 f"iteration; Ctrl-C, SIGTERM or SIGHUP stops{after}")
         tuner.run(duration_ns=duration)
-    except _Terminated:
-        _say("SIGTERM: stopping")
-        rc = Exit.TERMINATED
-    except KeyboardInterrupt:
-        _say("interrupted: stopping")
-        rc = Exit.INTERRUPTED
+    except KeyboardInterrupt as exc:   # Ctrl-C; SIGTERM and SIGHUP too (mltcp.core.signals)
+        signo = exc.signo if isinstance(exc, signals.Terminated) else signal.SIGINT
+        _say("interrupted: stopping" if signo == signal.SIGINT
+             else f"{signals.name(signo)}: stopping")
+        rc = signals.exit_code(signo)
     finally:
-        # A second SIGTERM waits (blocked) while the knobs are restored, then lands here.
-        signal.signal(signal.SIGTERM, lambda *_: None)
+        # Signals from here on are ignored (said on stderr) until the knobs are back.
         report = tuner.close()
-        signal.signal(signal.SIGTERM, old)
     if args.advise:
         for line in advice_summary(tuner.changes):
             _say(f"advice: {line}")
@@ -198,7 +197,11 @@ def cmd_restore(args: argparse.Namespace) -> int:
     key = args.iface or args.pci
     if not key:
         raise SpecError("iface", "missing", "name the port the tuner ran on: --iface IF")
-    path = snapshot_path(Path(args.state_dir) if args.state_dir else default_state_dir(), key)
+    state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
+    path = snapshot_path(state_dir, key)
+    tuner = live_tuner(state_dir, key)
+    if tuner is not None and not args.force:
+        raise MltcpError(busy_port(key, tuner, force_flag=True))
     if not path.exists():  # idempotent, so a boot-time or ExecStopPost restore can always run
         print(f"nothing to restore: no snapshot at {path}")
         return 0

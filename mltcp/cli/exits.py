@@ -16,6 +16,7 @@ class Exit(IntEnum):
     FAILED = 1
     BAD_INPUT = 2
     CAPABILITY = 3
+    HANGUP = 128 + signal.SIGHUP           # 129
     INTERRUPTED = 128 + signal.SIGINT      # 130
     TERMINATED = 128 + signal.SIGTERM      # 143
 
@@ -28,8 +29,10 @@ MEANING: dict[Exit, str] = {
                     "and the fix), refused before anything ran",
     Exit.CAPABILITY: "this host lacks a capability: root, CAP_BPF, BTF, a tool, a NIC, "
                      "an optional package",
-    Exit.INTERRUPTED: "interrupted (Ctrl-C / SIGINT)",
-    Exit.TERMINATED: "`dcqcn run` stopped by SIGTERM (after restoring the knobs)",
+    Exit.HANGUP: "stopped by SIGHUP (a dropped SSH session) after tearing down what it "
+                 "set up (`run`, `compare`, `demo`, `sweep`, `dcqcn run`)",
+    Exit.INTERRUPTED: "interrupted (Ctrl-C / SIGINT), after the same teardown",
+    Exit.TERMINATED: "stopped by SIGTERM after the same teardown",
 }
 
 

@@ -116,13 +116,19 @@ def _register_job(sub: Any) -> None:
                         "(default: none)")
     c.add_argument("--whole-host", action="store_true",
                    help="allow --cgroup / (the root cgroup: every socket of this host)")
-    c.add_argument("--dst", action="append", default=[], metavar="ADDR[:PORT]",
-                   help="remote address (and port), e.g. 10.0.0.7:29500 or "
-                        "[fd00::7]:29500; repeatable (default: none)")
-    c.add_argument("--port", action="append", type=args_.port("29500"), default=[],
-                   help="remote port (1..65535); repeatable (default: none)")
-    c.add_argument("--local-port", action="append", type=args_.port("29500"), default=[],
-                   help="local (listening) port (1..65535); repeatable (default: none)")
+    c.add_argument("--dst", action="append", default=[], metavar="ADDR[/LEN][:PORT[-PORT]]",
+                   help="one rule: remote address or prefix AND port (1..65535) or port "
+                        "range, e.g. 10.0.0.0/24:29500-29600, 10.0.0.7, [fd00::/64]:29500 (an "
+                        "address without /LEN is one host); repeatable (default: none)")
+    c.add_argument("--port", action="append", type=args_.port_range(), default=[],
+                   metavar="PORT[-PORT]",
+                   help="one rule: remote port or range (1..65535), any address; repeatable "
+                        "(default: none)")
+    c.add_argument("--local-port", action="append", type=args_.port_range(), default=[],
+                   metavar="PORT[-PORT]",
+                   help="one rule: local (listening) port or range (1..65535); repeatable "
+                        "(default: none).  Separate rules are alternatives: a connection "
+                        "matching any one joins the job")
     add_json_flag(a, "the job attached ({attached, id, cc, budget, ...})")
 
     d = jsub.add_parser("detach", help="detach a job (or --all)")
@@ -223,6 +229,8 @@ def cmd_job(args: argparse.Namespace) -> int:
             return 0
         how = ("learning the budget" if spec.learn else f"budget {rec.spec.budget} B/iteration")
         print(f"attached job {spec.name} (id {rec.id}) to mltcp_{spec.cc}, {how}")
+        for line in spec.describe_rules():
+            print(f"  {line}")
         if spec.stale_s:
             print(f"keep it fresh with `mltcp agent`: the config expires after {spec.stale_s:g} s "
                   "and the job's flows then run the standard algorithm")

@@ -1,6 +1,9 @@
 """Lab commands: ``run``, ``compare``, ``sweep``, ``backends``, ``testbed``, ``demo``.
 
-What a researcher runs.  Parsing needs only the backend registry's names (which
+What a researcher runs.  The commands that run scenarios stop on SIGTERM and SIGHUP
+the way they stop on Ctrl-C (``teardown_signals``: the testbed's namespaces, jobs,
+markers, module and job drivers are torn down, then the exit code is 128 + the signal).
+Parsing needs only the backend registry's names (which
 imports no backend); the pipeline (:mod:`mltcp.lab.runner`, numpy, matplotlib) is
 imported when a command runs.
 """
@@ -37,7 +40,7 @@ def register(sub: Any) -> None:
     rn.add_argument("--parallel", type=args_.integer(1, 64, "2"), default=1, metavar="N",
                     help="runs at once where the backend can (1..64; ns3: one process "
                          "each; default 1)")
-    rn.set_defaults(handler=cmd_run)
+    rn.set_defaults(handler=cmd_run, teardown_signals=True)
 
     cp = sub.add_parser("compare", help="every scheme of a scenario plus the dedicated "
                                         "baseline, side by side (report + table)")
@@ -49,7 +52,7 @@ def register(sub: Any) -> None:
                          "scenario's)")
     cp.add_argument("--parallel", type=args_.integer(1, 64, "2"), default=1, metavar="N",
                     help="runs at once where the backend can (1..64; ns3; default 1)")
-    cp.set_defaults(handler=cmd_compare)
+    cp.set_defaults(handler=cmd_compare, teardown_signals=True)
 
     sw = sub.add_parser("sweep", help="a parameter grid on a backend (fluid by default), run "
                                       "on Dask (table + plots)")
@@ -75,7 +78,7 @@ def register(sub: Any) -> None:
     sw.add_argument("--f-steps", type=args_.integer(0, 1_000_000, "8"), default=None,
                     help="fluid: F re-evaluations per iteration (0..1000000, 0: only at "
                          "phase events; default 8)")
-    sw.set_defaults(handler=cmd_sweep)
+    sw.set_defaults(handler=cmd_sweep, teardown_signals=True)
 
     bk = sub.add_parser("backends", help="the backends scenarios can run on "
                                          "(--check: which can run on this host)")
@@ -86,8 +89,11 @@ def register(sub: Any) -> None:
 
     tb = sub.add_parser("testbed", help="emulated testbed housekeeping")
     tb.add_argument("action", choices=["clean"],
-                    help="clean: remove namespaces and jobs left by killed runs")
-    add_json_flag(tb, "what was removed ({removed})")
+                    help="clean: remove namespaces and jobs left by killed runs (those of "
+                         "live runs are kept and listed)")
+    tb.add_argument("--force", action="store_true",
+                    help="also remove the namespaces and jobs of runs that are still alive")
+    add_json_flag(tb, "what was removed and kept ({removed, kept})")
     tb.set_defaults(handler=cmd_testbed)
 
     dm = sub.add_parser("demo", help="MLTCP vs standard TCP on the default scenario, real "
@@ -108,7 +114,7 @@ def register(sub: Any) -> None:
     dm.add_argument("--json", metavar="FILE", dest="json_file",
                     help="--live: also write the trace and the datapath samples to FILE "
                          "(default: none; not the global -j)")
-    dm.set_defaults(handler=cmd_demo)
+    dm.set_defaults(handler=cmd_demo, teardown_signals=True)
 
 
 def _out_dir(path: str) -> str:
@@ -195,11 +201,13 @@ def cmd_backends(args: argparse.Namespace) -> int:
 def cmd_testbed(args: argparse.Namespace) -> int:
     from mltcp.lab.emulation import testbed
 
-    removed = testbed.clean()
+    report = testbed.clean(force=args.force)
     if args.json:
-        emit({"removed": removed})
+        emit({"removed": report.removed, "kept": report.kept})
         return 0
-    print("removed " + (", ".join(removed) or "nothing"))
+    print("removed " + (", ".join(report.removed) or "nothing"))
+    for line in report.kept:
+        print(f"{line}: `mltcp testbed clean --force` removes them too")
     return 0
 
 

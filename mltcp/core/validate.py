@@ -165,6 +165,27 @@ def port(value: object, field: str, example: str = "5201") -> int:
     return integer(value, field, 1, 65535, example)
 
 
+def port_range(value: object, field: str) -> tuple[int, int]:
+    """``29500`` or ``"29500-29600"`` (both ends included) -> (lo, hi), ports 1..65535."""
+    fix = "give a port or a range of ports, e.g. 29500 or 29500-29600 (1..65535)"
+    if is_integer(value):
+        lo_s = hi_s = str(value)
+    elif isinstance(value, str):
+        lo_s, dash, hi_s = value.strip().partition("-")
+        hi_s = hi_s if dash else lo_s
+    else:
+        raise SpecError(field, f"{value!r} is not a port or a port range", fix)
+    try:
+        lo, hi = int(lo_s), int(hi_s)
+    except ValueError:
+        raise SpecError(field, f"{value!r} is not a port or a port range", fix) from None
+    if not (1 <= lo <= 65535 and 1 <= hi <= 65535):
+        raise SpecError(field, f"{value!r} is out of range", fix)
+    if lo > hi:
+        raise SpecError(field, f"{value!r} runs backwards", f"write {hi}-{lo}")
+    return lo, hi
+
+
 def seeds(text: str, field: str = "seeds") -> tuple[int, ...]:
     """``"0-4"`` or ``"0,3,7"`` -> seeds (duplicates dropped, order kept)."""
     out: list[int] = []

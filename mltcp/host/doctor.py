@@ -8,10 +8,12 @@ import platform
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from mltcp.core.errors import MltcpError
-from mltcp.host import build, datapath
+from mltcp.host import build, datapath, maps
 from mltcp.host.build import BTF_PATH, OBJECTS, build_object
+from mltcp.host.libbpf import BPF_MAP_TYPE_STRUCT_OPS, libbpf
 
 KFUNCS = (b"cubictcp_cong_avoid", b"tcp_reno_cong_avoid", b"tcp_slow_start")
 
@@ -22,6 +24,49 @@ class Check:
     ok: bool
     detail: str
     fix: str = ""
+    warn: bool = False      # runs, but with a risk the operator should know about
+
+
+SRSO_STATE = Path("/sys/devices/system/cpu/vulnerabilities/spec_rstack_overflow")
+
+
+def kernel_fault_check() -> Check:
+    """The kernel fault of docs/known-issues.md: on Linux 6.18 with the SRSO return-thunk
+    mitigation a BPF congestion control's ssthresh()/undo_cwnd() return is sometimes a
+    stale stack word (both values seen are addresses in an SRSO return thunk).  mltcp's
+    modules set the window from their own state (cong_control) and contain it; any other
+    BPF congestion control on the host is exposed, and the operator should know."""
+    try:
+        srso = SRSO_STATE.read_text().strip()
+    except OSError:
+        srso = ""
+    thunk = platform.machine() == "x86_64" and ("Safe RET" in srso or "IBPB" in srso)
+    if not thunk:
+        return Check("kernelfault", True, "no SRSO return thunk "
+                     f"({srso or 'no spec_rstack_overflow entry'}): the BPF CC return-value "
+                     "fault of docs/known-issues.md was not seen on such hosts")
+    others = sorted({i.name.decode() for i in libbpf_infos()
+                     if i.type == BPF_MAP_TYPE_STRUCT_OPS}
+                    - {datapath.cc_name(m) for m in datapath.MODULES})
+    health = maps.read_health()
+    seen = health.ssthresh_overrides + health.cwnd_contained
+    detail = (f"Linux {platform.release()}, SRSO '{srso}': BPF congestion controls can be "
+              "handed a garbage ssthresh()/undo_cwnd() return under ECN (docs/known-issues.md)"
+              f"; mltcp's modules contain it (contained {seen} time(s) since load)")
+    if others:
+        return Check("kernelfault", True, detail + f"; other BPF CCs here are exposed: "
+                     f"{', '.join(others)}", "use mltcp's modules or native CCs under ECN; "
+                     "see docs/kernel-fault/ to reproduce and report", warn=True)
+    return Check("kernelfault", True, detail, "see docs/kernel-fault/ to reproduce and report",
+                 warn=True)
+
+
+def libbpf_infos() -> list:
+    """The kernel's BPF maps (empty without the privilege to list them)."""
+    try:
+        return libbpf().map_infos()
+    except (OSError, MltcpError):
+        return []
 
 
 def _kernel_version() -> tuple[int, int]:
@@ -103,6 +148,7 @@ def run_checks(compile_objects: bool = True) -> list[Check]:
     netns = os.geteuid() == 0 and bool(shutil.which("ip"))
     checks.append(Check("netns", netns, "can create network namespaces (testbed)" if netns
                         else "cannot create network namespaces", "run as root with iproute2"))
+    checks.append(kernel_fault_check())
     return checks
 
 
@@ -113,9 +159,9 @@ def as_json(checks: list[Check]) -> dict:
 def as_table(checks: list[Check]) -> str:
     lines = []
     for c in checks:
-        mark = "ok " if c.ok else "NO "
+        mark = ("!  " if c.warn else "ok ") if c.ok else "NO "
         line = f"{mark} {c.name:<11} {c.detail}"
-        if not c.ok and c.fix:
+        if (not c.ok or c.warn) and c.fix:
             line += f"  -> {c.fix}"
         lines.append(line)
     verdict = "this host can run MLTCP" if all(c.ok for c in checks) else \

@@ -42,6 +42,8 @@ JOB_METRICS = (
      "cwnd_reductions"),
     ("mltcp_job_stale", "gauge", "1 when the config is stale and flows run the standard CC",
      "stale"),
+    ("mltcp_job_stale_fallbacks", "counter", "New connections of the job handed the kernel's "
+     "native CC because its config was stale or disabled", "stale_fallbacks"),
     ("mltcp_job_flows", "gauge", "Flows seen in the flow table", "flows"),
 )
 
@@ -72,12 +74,13 @@ class DatapathCollector(Collector):
         yield cwnd
         yield srtt
         health = maps.read_health()
-        repairs = CounterMetricFamily(
-            "mltcp_datapath_repairs", "Garbage ssthresh/cwnd values replaced (kernel fault "
-            "workaround, docs/known-issues.md)", labels=["what"])
-        repairs.add_metric(["ssthresh"], health.ssthresh_repairs)
-        repairs.add_metric(["cwnd"], health.cwnd_repairs)
-        yield repairs
+        contained = CounterMetricFamily(
+            "mltcp_datapath_fault_contained", "Values TCP held that the module did not decide "
+            "(a garbage ssthresh()/undo_cwnd() return, docs/known-issues.md), replaced by the "
+            "module's own before any segment was sent", labels=["what"])
+        contained.add_metric(["ssthresh"], health.ssthresh_overrides)
+        contained.add_metric(["cwnd"], health.cwnd_contained)
+        yield contained
 
 
 def metrics_registry(jobs: Registry | None = None) -> CollectorRegistry:

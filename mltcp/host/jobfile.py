@@ -14,13 +14,14 @@ file (``/etc/mltcp/jobs.toml`` by convention)::
 
     [[job]]
     name = "bert"
-    dst = ["10.0.0.7:29500"]
+    dst = ["10.0.0.0/24:29500-29600", "[fd00::/64]:29500"]
     budget = "1.5GB"
     slope = 1.0
 
 A job's keys are ``mltcp job attach``'s flags (``gradient_bytes`` for
-``--gradient-bytes``; ``dst``, ``port`` and ``local_port`` are lists).  :func:`apply`
-loads the modules, attaches what is missing, re-attaches what changed and detaches
+``--gradient-bytes``; ``dst``, ``port`` and ``local_port`` are lists, a port is a number
+or a range ``"29500-29600"``; rules' syntax and precedence: :mod:`mltcp.host.rules`).
+:func:`apply` loads the modules, attaches what is missing, re-attaches what changed and detaches
 the jobs an earlier apply of the same file attached that it no longer declares; jobs
 attached by hand are left alone.  The whole file is validated, and every cgroup and
 module checked, before anything changes.
@@ -38,7 +39,7 @@ from mltcp.core import validate
 from mltcp.core.aggressiveness import preset
 from mltcp.core.budget import JobDescription
 from mltcp.core.errors import SpecError
-from mltcp.host import datapath, jobs, maps
+from mltcp.host import datapath, jobs, rules
 from mltcp.host.state import host_lock
 
 JOB_KEYS = ("name", "cc", "budget", "gradient_bytes", "workers", "collective", "role",
@@ -46,30 +47,6 @@ JOB_KEYS = ("name", "cc", "budget", "gradient_bytes", "workers", "collective", "
             "cgroup", "whole_host", "dst", "port", "local_port")
 FILE_KEYS = ("modules", "job")
 DEFAULT_FILE = Path("/etc/mltcp/jobs.toml")
-
-
-def _rule_for_dst(dst: str, where: str) -> maps.Rule:
-    """A remote-address rule from ``ADDR``, ``ADDR:PORT``, ``IPV6`` or ``[IPV6]:PORT``."""
-    text = dst.strip()
-    if text.startswith("["):                       # [v6] or [v6]:port
-        addr, _, rest = text[1:].partition("]")
-        port = rest.removeprefix(":") if rest.startswith(":") else rest
-    elif text.count(":") == 1:                      # v4:port
-        addr, _, port = text.partition(":")
-    else:                                           # v4 or bare v6
-        addr, port = text, ""
-    if not addr:
-        raise SpecError(where, f"{dst!r} has no address",
-                        "give ADDR or ADDR:PORT, e.g. 10.0.0.2:5201 (a port alone: --port)")
-    try:
-        rule = maps.Rule(address=addr, port=int(port) if port else 0)
-        rule.key()
-    except ValueError:
-        raise SpecError(where, f"{dst!r} is not ADDR, ADDR:PORT, IPV6 or [IPV6]:PORT",
-                        "e.g. 10.0.0.2:5201 or [fd00::2]:5201") from None
-    if port:   # an explicit port is a real one (no port at all: any port)
-        validate.integer(rule.port, where + " port", 1, 65535, "29500")
-    return rule
 
 
 def spec_from_fields(f: Mapping[str, Any], at: str = "") -> jobs.JobSpec:
@@ -91,17 +68,15 @@ def spec_from_fields(f: Mapping[str, Any], at: str = "") -> jobs.JobSpec:
                         "give a budget (BYTES), gradient bytes with workers (G and N), "
                         "or learn")
     base = preset(get("preset", "default"))
-    rules = [_rule_for_dst(str(d), f"{at}dst") for d in get("dst", ())]
-    rules += [maps.Rule(port=validate.integer(p, f"{at}port", 1, 65535, "29500"))
-              for p in get("port", ())]
-    rules += [maps.Rule(port=validate.integer(p, f"{at}local_port", 1, 65535, "29500"),
-                        local=True) for p in get("local_port", ())]
+    found = [rules.parse_dst(d, f"{at}dst") for d in get("dst", ())]
+    found += [rules.port_rule(p, f"{at}port") for p in get("port", ())]
+    found += [rules.port_rule(p, f"{at}local_port", local=True) for p in get("local_port", ())]
     kw: dict[str, Any] = dict(
         name=get("name", ""), cc=str(get("cc", "cubic")).removeprefix("mltcp_"),
         slope=get("slope", base.slope), intercept=get("intercept", base.intercept),
         cap=get("cap", base.cap), gap_ms=get("gap_ms", jobs.DEFAULT_GAP_MS),
         stale_s=get("stale_s", jobs.DEFAULT_STALE_S), cgroup=f.get("cgroup"),
-        whole_host=bool(get("whole_host", False)), rules=tuple(rules))
+        whole_host=bool(get("whole_host", False)), rules=tuple(found))
     try:
         if f.get("budget") is not None:
             budget = f["budget"]
@@ -216,21 +191,16 @@ def _check_before_changing(declared: DeclaredJobs, current: Mapping[str, jobs.Jo
         if spec.cgroup:
             jobs.cgroup_path(spec.cgroup, spec.whole_host)
     mine = set(changing)
-    taken = {_rule_id(r): n for n, rec in current.items() if n not in mine
-             for r in rec.spec.rules}
-    for spec in declared.jobs:
-        if spec.name not in mine:
-            continue
-        for rule in spec.rules:
-            owner = taken.get(_rule_id(rule))
-            if owner is not None:
-                raise SpecError(f"{declared.path}: job {spec.name!r}",
-                                f"{rule.describe()} already belongs to job {owner!r}",
-                                f"detach {owner} or change the rule")
-
-
-def _rule_id(rule: maps.Rule) -> bytes:
-    return bytes(rule.key())
+    # The rule table the host will have once applied: clashes and kernel limits now.
+    # Jobs still to attach get ids above the attached ones (only the messages see them).
+    kept = {n: rec.id for n, rec in current.items() if n not in mine}
+    owned = [(r, kept[n]) for n, rec in current.items() if n in kept for r in rec.spec.rules]
+    names = {i: n for n, i in kept.items()}
+    incoming = [s for s in declared.jobs if s.name in mine]
+    for i, spec in enumerate(incoming, start=max(kept.values(), default=0) + 1):
+        owned += [(r, i) for r in spec.rules]
+        names[i] = spec.name
+    rules.compile_rules(owned, f"{declared.path}: rules", names)
 
 
 def apply(declared: DeclaredJobs, registry: jobs.Registry | None = None,

@@ -2,7 +2,8 @@
 
 A job is a name, an MLTCP module, F's parameters, a per-iteration byte
 budget (given, derived from a job description, or learned) and how its
-sockets are found (a cgroup and/or address/port rules).  The Python
+sockets are found (a cgroup and/or address-prefix/port-range rules,
+:mod:`mltcp.host.rules`).  The Python
 :class:`JobSpec` is the single source of truth; :func:`render_cfg` turns it
 into the kernel's ``struct mltcp_job_cfg``.  Control-plane-only metadata (the
 name, the cgroup path, the rules) is kept in a JSON registry under
@@ -25,7 +26,7 @@ from mltcp.core import validate
 from mltcp.core.aggressiveness import FP_ONE, MAX_BUDGET_BYTES, Aggressiveness
 from mltcp.core.budget import BudgetLearner, JobDescription
 from mltcp.core.errors import MltcpError, SpecError
-from mltcp.host import datapath, maps
+from mltcp.host import datapath, maps, rules
 from mltcp.host.state import STATE_DIR, host_lock
 
 DEFAULT_GAP_MS = 5.0
@@ -48,7 +49,7 @@ class JobSpec:
     stale_s: float = DEFAULT_STALE_S
     cgroup: str | None = None
     whole_host: bool = False         # the root cgroup is meant: every socket of the host
-    rules: tuple[maps.Rule, ...] = ()
+    rules: tuple[rules.Rule, ...] = ()  # alternatives (OR); each one ANDs its conditions
     description: dict | None = None  # JobDescription fields, when the budget came from one
 
     def __post_init__(self) -> None:
@@ -72,12 +73,22 @@ class JobSpec:
                             fix="use 1 .. 86400 s, or 0 to never fall back")
         if not self.cgroup and not self.rules:
             raise SpecError("cgroup", "the job has no way to find its sockets",
-                            "give --cgroup PATH and/or --dst ADDR[:PORT] / --port / --local-port")
+                            "give --cgroup PATH and/or --dst ADDR[/LEN][:PORT[-PORT]] / "
+                            "--port / --local-port")
         for rule in self.rules:
-            if not rule.address and not rule.port:
-                raise SpecError("rule", "matches every connection",
-                                "give an address or a port in each rule")
-            validate.integer(rule.port, "port", 0, 65535, "5201 (0: any port)")
+            if not isinstance(rule, rules.Rule):
+                raise SpecError("rule", f"{rule!r} is not a rule",
+                                "build rules with mltcp.host.rules (parse_dst, port_rule)")
+        rules.compile_rules((r, 1) for r in self.rules)   # the kernel can hold them
+
+    def describe_rules(self) -> list[str]:
+        """Each rule as the datapath reads it (``rule 1: dst 10.0.0.0/24 and port
+        29500-29600``), then what a likely mistake in one of them is."""
+        lines = [f"rule {i}: {r.describe()}" for i, r in enumerate(self.rules, 1)]
+        if len(self.rules) > 1:
+            lines.append("a connection that matches any one of these rules joins the job")
+        lines += [f"note: {w}" for w in (r.warning() for r in self.rules) if w]
+        return lines
 
     @property
     def aggressiveness(self) -> Aggressiveness:
@@ -97,7 +108,7 @@ class JobSpec:
     @classmethod
     def from_json(cls, d: dict) -> JobSpec:
         d = dict(d)
-        d["rules"] = tuple(maps.Rule(**r) for r in d.get("rules", ()))
+        d["rules"] = tuple(rules.Rule(**r) for r in d.get("rules", ()))
         return cls(**d)
 
 
@@ -242,36 +253,40 @@ def attach(spec: JobSpec, registry: Registry | None = None,
                              f"`mltcp job detach {spec.name}` first")
         job_id = _free_id(jobs)
         record = JobRecord(id=job_id, spec=spec, origin=origin)
-        with maps.PinnedMap("mltcp_rules") as rules_map:
-            for rule in spec.rules:
-                owner = rules_map.get(rule.key(), ctypes.c_uint32)
-                if owner is not None:
-                    raise SpecError("rule", f"{rule.describe()} already belongs to job id "
-                                    f"{owner.value}", "detach that job or use another rule")
+        table = rules_table(jobs, (spec, job_id)) if spec.rules else None
         key = ctypes.c_uint32(job_id)
-        added_rules: list[maps.Rule] = []
         try:
             with maps.PinnedMap("mltcp_job_state") as st:
                 st.put(key, maps.JobState(f_fp=FP_ONE))
             with maps.PinnedMap("mltcp_job_cfg") as cfg:
                 cfg.put(key, render_cfg(spec))
-            with maps.PinnedMap("mltcp_rules") as rules_map:
-                for rule in spec.rules:
-                    rules_map.put(rule.key(), ctypes.c_uint32(job_id))
-                    added_rules.append(rule)
-            if spec.rules:
+            if table is not None:
+                rules.write(table)
                 record.links.append(str(datapath.attach_root_rules()))
             if cgroup is not None:
                 record.links.append(str(datapath.attach_cgroup(job_id, cgroup)))
         except BaseException:
-            _remove_from_kernel(job_id, added_rules, record.links, jobs)
+            _remove_from_kernel(job_id, record.links, jobs)
             raise
         jobs[spec.name] = record
         return record
 
 
-def _remove_from_kernel(job_id: int, rules: list[maps.Rule] | tuple[maps.Rule, ...],
-                        links: list[str], others: dict[str, JobRecord]) -> None:
+def rules_table(jobs: dict[str, JobRecord], extra: tuple[JobSpec, int] | None = None,
+                without: int | None = None) -> rules.Table:
+    """The kernel's rule table for the attached jobs (less job ``without``, plus
+    ``extra``'s rules): the one place rules of all jobs are combined, so clashes and the
+    kernel's limits are refused before anything is written."""
+    owned = [(r, rec.id) for rec in sorted(jobs.values(), key=lambda rec: rec.id)
+             if rec.id != without for r in rec.spec.rules]
+    names = {rec.id: name for name, rec in jobs.items()}
+    if extra is not None:
+        owned += [(r, extra[1]) for r in extra[0].rules]
+        names[extra[1]] = extra[0].name
+    return rules.compile_rules(owned, names=names)
+
+
+def _remove_from_kernel(job_id: int, links: list[str], others: dict[str, JobRecord]) -> None:
     key = ctypes.c_uint32(job_id)
     for link in links:
         p = Path(link)
@@ -281,10 +296,8 @@ def _remove_from_kernel(job_id: int, rules: list[maps.Rule] | tuple[maps.Rule, .
                 continue
         with contextlib.suppress(FileNotFoundError):
             p.unlink()
-    if maps.pin_path("mltcp_rules").exists():
-        with maps.PinnedMap("mltcp_rules") as rules_map:
-            for rule in rules:
-                rules_map.delete(rule.key())
+    if maps.pin_path("mltcp_prefix_rules").exists():
+        rules.write(rules_table(others, without=job_id))
     for name, value in (("mltcp_job_cfg", maps.JobCfg()), ("mltcp_job_state", maps.JobState())):
         if maps.pin_path(name).exists():
             with maps.PinnedMap(name) as m:
@@ -299,7 +312,7 @@ def detach(name: str, registry: Registry | None = None) -> JobRecord:
         record = jobs.get(name)
         if record is None:
             raise SpecError("name", f"no job named {name!r}", "see `mltcp job list`")
-        _remove_from_kernel(record.id, record.spec.rules, record.links, jobs)
+        _remove_from_kernel(record.id, record.links, jobs)
         del jobs[name]
     return record
 

@@ -9,15 +9,13 @@ PIN_ROOT, so `mltcp unload --all` can remove everything by that prefix.
 from __future__ import annotations
 
 import ctypes
-import ipaddress
 import os
 import socket
-from dataclasses import dataclass
 from pathlib import Path
 
 from mltcp.host.libbpf import BpfMapInfo, libbpf
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 MAX_JOBS = 256
 HISTORY = 8
 JOB_ENABLED = 0x1
@@ -28,8 +26,9 @@ CC_IDS = {"reno": 1, "cubic": 2, "dctcp": 3}
 CC_NAMES = {v: k for k, v in CC_IDS.items()}
 
 # Maps shared by every module (pinned by name under PIN_ROOT).
-SHARED_MAPS = ("mltcp_job_cfg", "mltcp_job_state", "mltcp_flows", "mltcp_rules", "mltcp_sk_tags",
-               "mltcp_health")
+SHARED_MAPS = ("mltcp_job_cfg", "mltcp_job_state", "mltcp_flows", "mltcp_prefix_rules",
+               "mltcp_local_rules", "mltcp_sk_tags", "mltcp_health")
+PORT_RULES = 32   # MLTCP_PORT_RULES: port ranges in one prefix's list
 
 
 class JobCfg(ctypes.Structure):
@@ -64,6 +63,7 @@ class JobState(ctypes.Structure):
         ("gaps", ctypes.c_uint64),
         ("signals", ctypes.c_uint64),
         ("cwnd_reductions", ctypes.c_uint64),
+        ("stale_fallbacks", ctypes.c_uint64),
         ("signal_seen", ctypes.c_uint32),
         ("hist_len", ctypes.c_uint32),
         ("hist_head", ctypes.c_uint32),
@@ -98,13 +98,25 @@ class FlowInfo(ctypes.Structure):
     ]
 
 
-class RuleKey(ctypes.Structure):
+class PrefixKey(ctypes.Structure):
+    """struct mltcp_prefix_key: the prefix trie's key (prefixlen counts the family word)."""
+
     _fields_ = [
+        ("prefixlen", ctypes.c_uint32),
         ("family", ctypes.c_uint32),
-        ("port", ctypes.c_uint32),
-        ("port_is_local", ctypes.c_uint32),
         ("addr", ctypes.c_uint32 * 4),
     ]
+
+
+class PortRule(ctypes.Structure):
+    _fields_ = [("lo", ctypes.c_uint16), ("hi", ctypes.c_uint16), ("job_id", ctypes.c_uint32)]
+
+
+class PortRules(ctypes.Structure):
+    """struct mltcp_port_rules: a prefix's (or the local ports') ranges in precedence order."""
+
+    _fields_ = [("count", ctypes.c_uint32), ("_pad", ctypes.c_uint32),
+                ("rule", PortRule * PORT_RULES)]
 
 
 class MarkerKey(ctypes.Structure):
@@ -126,12 +138,14 @@ class Marker(ctypes.Structure):
 
 
 class Health(ctypes.Structure):
-    _fields_ = [("ssthresh_repairs", ctypes.c_uint64), ("cwnd_repairs", ctypes.c_uint64),
+    """How often the kernel fault of docs/known-issues.md reached a module and was kept
+    away from the window (kernel/mltcp.h: mltcp_control_begin)."""
+    _fields_ = [("ssthresh_overrides", ctypes.c_uint64), ("cwnd_contained", ctypes.c_uint64),
                 ("last_bad", ctypes.c_uint64)]
 
 
 def read_health() -> Health:
-    """Host-wide repair counters of the datapath (zeros when nothing is loaded)."""
+    """Host-wide kernel-fault counters of the datapath (zeros when nothing is loaded)."""
     if not pin_path("mltcp_health").exists():
         return Health()
     with PinnedMap("mltcp_health") as m:
@@ -147,7 +161,7 @@ def pin_path(name: str) -> Path:
     return PIN_ROOT / name
 
 
-def _addr_words(addr: bytes) -> tuple[int, int, int, int]:
+def addr_words(addr: bytes) -> tuple[int, int, int, int]:
     """Address bytes as the kernel's __u32 words in memory order."""
     padded = addr.ljust(16, b"\0")
     return tuple(int.from_bytes(padded[i : i + 4], "little") for i in range(0, 16, 4))  # type: ignore[return-value]
@@ -160,31 +174,6 @@ def format_addr(family: int, words: ctypes.Array) -> str:
     if family == socket.AF_INET6:
         return socket.inet_ntop(socket.AF_INET6, raw)
     return "?"
-
-
-@dataclass(frozen=True)
-class Rule:
-    """Classify flows to a job by remote address/port, or by local (listening) port."""
-
-    address: str | None = None
-    port: int = 0
-    local: bool = False
-
-    def key(self) -> RuleKey:
-        k = RuleKey()
-        k.port = self.port
-        k.port_is_local = 1 if self.local else 0
-        if self.address and not self.local:
-            ip = ipaddress.ip_address(self.address)
-            k.family = socket.AF_INET if ip.version == 4 else socket.AF_INET6
-            k.addr[:] = _addr_words(ip.packed)
-        return k
-
-    def describe(self) -> str:
-        if self.local:
-            return f"local port {self.port}"
-        dst = self.address or "*"
-        return f"{dst}:{self.port or '*'}"
 
 
 def pinned_map_id(name: str) -> int | None:

@@ -1,4 +1,5 @@
-"""Network namespaces as the host datapath meets them: enter one, name one, list them.
+"""Network namespaces as the host datapath meets them: enter one, name one, list them,
+open a socket inside one.
 
 The ECN marker and the cleanup of stale markers identify a device by its interface
 index *and* its namespace's cookie (what BPF's ``bpf_get_netns_cookie`` returns), and
@@ -49,27 +50,40 @@ def enter_netns(ns_path: str) -> None:
         os.close(fd)
 
 
-def netns_cookie(ns_path: str | None) -> int:
-    """The kernel's cookie of a network namespace (what BPF's get_netns_cookie returns);
-    ``None`` is this process's own namespace."""
-    result: list[int | BaseException] = []
+def socket_in_netns(ns_path: str | None, family: int, type_: int,
+                    proto: int = 0) -> socket.socket:
+    """A socket that lives in a network namespace (``None``: this process's own), made
+    without starting a process.
 
-    def probe() -> None:
+    A socket belongs to the namespace it was created in for its whole life, whichever
+    thread then uses it; so a short-lived thread enters the namespace (setns moves only
+    that thread), creates the socket and ends.  ``nsenter`` or pyroute2's ``NetNS`` would
+    fork a process for this."""
+    if not ns_path:
+        return socket.socket(family, type_ | socket.SOCK_CLOEXEC, proto)
+    result: list[socket.socket | BaseException] = []
+
+    def make() -> None:
         try:
-            if ns_path:
-                enter_netns(ns_path)
-            with socket.socket() as s:
-                raw = s.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8)
-            result.append(int.from_bytes(raw, "little"))
+            enter_netns(ns_path)
+            result.append(socket.socket(family, type_ | socket.SOCK_CLOEXEC, proto))
         except BaseException as exc:
             result.append(exc)
 
-    t = threading.Thread(target=probe)   # setns moves only this thread
+    t = threading.Thread(target=make, name="mltcp-setns")
     t.start()
     t.join()
     if isinstance(result[0], BaseException):
         raise result[0]
     return result[0]
+
+
+def netns_cookie(ns_path: str | None) -> int:
+    """The kernel's cookie of a network namespace (what BPF's get_netns_cookie returns);
+    ``None`` is this process's own namespace."""
+    with socket_in_netns(ns_path, socket.AF_INET, socket.SOCK_STREAM) as s:
+        raw = s.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8)
+    return int.from_bytes(raw, "little")
 
 
 def list_netns() -> list[str]:

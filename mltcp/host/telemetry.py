@@ -47,6 +47,7 @@ class JobStatus:
     gaps: int
     signals: int
     cwnd_reductions: int
+    stale_fallbacks: int = 0   # new connections handed the native CC (config stale/disabled)
     history: list[int] = field(default_factory=list)
     flows: list[FlowStatus] = field(default_factory=list)
 
@@ -78,7 +79,8 @@ def collect(registry: Registry | None = None) -> list[JobStatus]:
                 f=(st.f_fp or FP_ONE) / FP_ONE, stale=stale,
                 last_iter_bytes=int(st.last_iter_bytes), total_bytes=int(st.total_bytes),
                 wraps=int(st.wraps), gaps=int(st.gaps), signals=int(st.signals),
-                cwnd_reductions=int(st.cwnd_reductions), history=st.history(),
+                cwnd_reductions=int(st.cwnd_reductions),
+                stale_fallbacks=int(st.stale_fallbacks), history=st.history(),
             )
     with maps.PinnedMap("mltcp_flows") as flows:
         for key in flows.keys(ctypes.c_uint64):
@@ -115,6 +117,8 @@ def to_table(statuses: list[JobStatus]) -> str:
              f"{'learned':>12}  state"]
     for s in statuses:
         state = "stale" if s.stale else ("learning" if s.learning and not s.budget else "live")
+        if s.stale_fallbacks:
+            state += f" ({s.stale_fallbacks} new connections ran the native {s.cc})"
         lines.append(f"{s.name:<16}{s.id:>4} {s.cc:<6}{s.iteration:>7}{s.budget:>14}"
                      f"{s.bytes_ratio:>7.3f}{s.f:>7.3f}{s.learned_budget or '-':>12}  {state}")
         for f in sorted(s.flows, key=lambda f: f.src):

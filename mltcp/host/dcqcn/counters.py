@@ -9,7 +9,9 @@ Instead it polls a cumulative transmit counter and feeds the growth between two 
   as octets divided by 4). :func:`ib_port_counter` multiplies by 4. On an mlx5 RoCE port
   it counts the RDMA traffic of that PCI function (the netdev's TCP/IP traffic is not in
   it); old HCAs have a 32-bit version that saturates, mlx5 reports 64 bits.
-* ``ethtool -S <if>`` statistics, e.g. mlx5's ``tx_vport_rdma_unicast_bytes`` (bytes).
+* ``ethtool -S <if>`` statistics, e.g. mlx5's ``tx_vport_rdma_unicast_bytes`` (bytes),
+  read through the SIOCETHTOOL ioctl on one socket (:mod:`mltcp.host.dcqcn.ethtool`), not
+  by running ethtool: a process per 2 ms poll is too much.
 * any file holding a byte count (``file:PATH``), for tests and for custom exporters.
 
 A counter that goes *down* (driver reload, counter reset, a 32-bit wrap) yields a delta
@@ -18,15 +20,14 @@ of 0 and a new baseline rather than a huge bogus delta.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-from collections.abc import Callable
+import errno
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from mltcp.core.errors import CapabilityError, MltcpError, SpecError
 from mltcp.host.dcqcn.backends import SYSFS_NET, check_iface, parse_value
+from mltcp.host.dcqcn.ethtool import EthtoolError, EthtoolStats
 
 IB_WORD_BYTES = 4  # port_xmit_data counts 32-bit words
 DEFAULT_ETHTOOL_STAT = "tx_vport_rdma_unicast_bytes"
@@ -71,42 +72,45 @@ def ib_port_counter(root: Path | str, device: str, port: int = 1) -> FileCounter
                        f"{path} (IBA PortXmitData: 4-byte words, x 4 = bytes)")
 
 
-def parse_ethtool_stats(text: str) -> dict[str, int]:
-    """``ethtool -S`` output (``     name: value`` lines) as a dict of integers."""
-    stats = {}
-    for line in text.splitlines():
-        name, sep, value = line.strip().rpartition(":")
-        if sep and name and value.strip().isdigit():
-            stats[name.strip()] = int(value)
-    return stats
-
-
 @dataclass
 class EthtoolCounter:
-    """One ``ethtool -S`` statistic, in bytes (mlx5: ``tx_vport_rdma_unicast_bytes``)."""
+    """One ``ethtool -S`` statistic, in bytes (mlx5: ``tx_vport_rdma_unicast_bytes``).
+
+    The interface is opened at the first read (the stat names once), then every read is
+    one ioctl on that socket."""
 
     iface: str
     stat: str = DEFAULT_ETHTOOL_STAT
-    run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run
     description: str = field(default="", init=False)
+    _stats: EthtoolStats | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         check_iface(self.iface)
-        self.description = f"ethtool -S {self.iface}: {self.stat}"
+        self.description = f"ethtool -S {self.iface}: {self.stat} (SIOCETHTOOL)"
 
     def read(self) -> int:
-        if self.run is subprocess.run and not shutil.which("ethtool"):
-            raise CapabilityError("ethtool is not installed; fix: apt-get install ethtool, "
-                                  "or use --counter ib:DEV:PORT")
-        out = self.run(["ethtool", "-S", self.iface], capture_output=True, text=True,
-                       check=False)
-        if out.returncode != 0:
-            raise MltcpError(f"ethtool -S {self.iface} failed: {out.stderr.strip()}")
-        stats = parse_ethtool_stats(out.stdout)
+        try:
+            if self._stats is None:
+                self._stats = EthtoolStats(self.iface)
+            stats = self._stats.read()
+        except EthtoolError as exc:
+            if exc.errno == errno.ENODEV:
+                raise CapabilityError(f"{exc.strerror}; fix: pass the RoCE netdev with "
+                                      "--iface (see `ip link`)") from None
+            if exc.errno == errno.EOPNOTSUPP:
+                raise CapabilityError(f"{exc.strerror}; fix: use --counter ib:DEV:PORT or "
+                                      "--counter file:PATH") from None
+            raise MltcpError(f"reading the ethtool statistics of {self.iface} failed: "
+                             f"{exc.strerror}") from None
         if self.stat not in stats:
             raise CapabilityError(f"{self.iface} has no ethtool statistic {self.stat!r}; "
                                   "fix: pick one from `ethtool -S` with --counter ethtool:NAME")
         return stats[self.stat]
+
+    def close(self) -> None:
+        if self._stats is not None:
+            self._stats.close()
+            self._stats = None
 
 
 def rdma_devices(root: Path | str, iface: str) -> list[str]:
@@ -115,9 +119,7 @@ def rdma_devices(root: Path | str, iface: str) -> list[str]:
     return sorted(p.name for p in base.iterdir()) if base.is_dir() else []
 
 
-def counter_from_spec(spec: str, root: Path | str, iface: str,
-                      run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run
-                      ) -> ByteCounter:
+def counter_from_spec(spec: str, root: Path | str, iface: str) -> ByteCounter:
     """Build a counter from ``auto``, ``ib:DEV[:PORT]``, ``ethtool[:STAT]`` or ``file:PATH``.
 
     ``auto`` uses the RDMA device behind ``iface`` (port 1, the only port of an mlx5 PCI
@@ -129,7 +131,7 @@ def counter_from_spec(spec: str, root: Path | str, iface: str,
         devices = rdma_devices(root, iface)
         if len(devices) == 1:
             return ib_port_counter(root, devices[0], 1)
-        return EthtoolCounter(iface, run=run)
+        return EthtoolCounter(iface)
     if kind == "ib" and rest:
         device, _, port = rest.partition(":")
         if not port:
@@ -138,7 +140,7 @@ def counter_from_spec(spec: str, root: Path | str, iface: str,
             raise SpecError("counter", f"port {port!r} is not a number", fix)
         return ib_port_counter(root, device, int(port))
     if kind == "ethtool":
-        return EthtoolCounter(iface, rest or DEFAULT_ETHTOOL_STAT, run=run)
+        return EthtoolCounter(iface, rest or DEFAULT_ETHTOOL_STAT)
     if kind == "file" and rest:
         return FileCounter(Path(rest))
     raise SpecError("counter", f"cannot use {spec!r}", fix)

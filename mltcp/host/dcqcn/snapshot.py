@@ -15,6 +15,9 @@ administrator's:
 * anything else was someone else's edit: it is left alone and reported, unless
   ``force`` asks to put the snapshot back anyway.
 
+A live tuner holds an flock on ``<state-dir>/<iface>.lock`` for its lifetime
+(:func:`live_tuner`): the CLI's restore refuses to pull the knobs from under it.
+
 Only knobs whose contents differ are written: rewriting an unchanged knob is not free
 (upstream, writing ``np_cnp_prio`` also resets ``np_cnp_prio_mode``). The file is removed
 only after a restore in which nothing failed, so a failed restore can be retried.
@@ -35,6 +38,7 @@ from pathlib import Path
 from mltcp.core.dcqcn.knobs import KNOB_BY_NAME
 from mltcp.core.errors import MltcpError, SpecError
 from mltcp.host.dcqcn.backends import Backend, parse_value, rebuild
+from mltcp.host.ownership import Holder, holder_of
 
 FORMAT = "mltcp-dcqcn-snapshot/1"
 OURS_KEPT = 2  # the last value written, and the one being written
@@ -108,6 +112,17 @@ def snapshot_path(state_dir: Path | str, key: str) -> Path:
     if not key or "/" in key or key in (".", ".."):
         raise SpecError("iface", f"{key!r} cannot name a snapshot file", "pass --iface")
     return Path(state_dir) / f"{key}.json"
+
+
+def lock_path(state_dir: Path | str, key: str) -> Path:
+    """The port's tuner lock, next to its snapshot: a live ``dcqcn run`` holds an flock on
+    it (:mod:`mltcp.host.ownership`), so ``restore`` and a second ``run`` can tell."""
+    return snapshot_path(state_dir, key).with_suffix(".lock")
+
+
+def live_tuner(state_dir: Path | str, key: str) -> Holder | None:
+    """The live ``dcqcn run`` tuning port ``key`` (by its lock), or None."""
+    return holder_of(lock_path(state_dir, key))
 
 
 def write_atomic(path: Path, data: bytes) -> None:

@@ -14,6 +14,9 @@ poll intervals. The quantised F then sets the knobs (see :mod:`mltcp.core.dcqcn.
 
 Safety, in the order things happen:
 
+0. the tuner holds an flock on the port's lock file (``<iface>.lock`` next to the
+   snapshot) from start to the end of its restore: a second tuner on the port is refused
+   with its pid, and ``mltcp dcqcn restore`` will not pull the knobs from under it;
 1. before the first write, every knob of the port is snapshotted to disk
    (:mod:`mltcp.host.dcqcn.snapshot`); a snapshot left by an earlier run blocks the start;
 2. the values about to be written are recorded on disk before they are written;
@@ -22,8 +25,8 @@ Safety, in the order things happen:
    the tuner backs off that knob for good (it is checked at every iteration boundary
    too) and leaves that person's value in place on exit;
 4. :meth:`Tuner.close` (also on an exception, Ctrl-C or SIGTERM, via ``with``) puts
-   every knob the tuner changed back, with SIGINT/SIGTERM blocked so a second signal
-   cannot cut the restore short. A SIGKILL leaves the snapshot on disk for
+   every knob the tuner changed back, with SIGINT/SIGTERM/SIGHUP blocked so a second
+   signal cannot cut the restore short. A SIGKILL leaves the snapshot on disk for
    ``mltcp dcqcn restore``.
 
 Advice-only mode runs the same loop over a :class:`DryRunBackend`: nothing is written
@@ -46,11 +49,13 @@ from mltcp.core import validate
 from mltcp.core.aggressiveness import FP_ONE
 from mltcp.core.dcqcn.knobs import KNOB_BY_NAME, knob
 from mltcp.core.dcqcn.policy import DEFAULT_POLL_NS, DcqcnPolicy
-from mltcp.core.errors import CapabilityError, SpecError
+from mltcp.core.errors import CapabilityError, MltcpError, SpecError
 from mltcp.core.iteration import IterationTracker
+from mltcp.core.signals import TEARDOWN_SIGNALS
 from mltcp.host.dcqcn.backends import Backend, DryRunBackend
 from mltcp.host.dcqcn.counters import ByteCounter, DeltaSampler
 from mltcp.host.dcqcn.snapshot import RestoreReport, StateFile, restore
+from mltcp.host.ownership import Held, Holder, OwnerLock
 
 DEFAULT_GAP_NS = 10_000_000  # 10 ms of silence is a compute phase (>= 2 polls)
 BASES = ("current", "mlx5")
@@ -123,11 +128,12 @@ class IterationStatus:
 
 @contextlib.contextmanager
 def _signals_blocked() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM back (main thread only) so a restore runs to its end."""
+    """Hold SIGINT/SIGTERM/SIGHUP back (main thread only) so a restore runs to its end
+    (knob files only: no child process inherits the mask)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, set(TEARDOWN_SIGNALS))
     try:
         yield
     finally:
@@ -167,6 +173,7 @@ class Tuner:
         self.log = log or log_.info
         self.on_iteration = on_iteration
         self.state: StateFile | None = None
+        self.lock: OwnerLock | None = None
         self.baseline: dict[str, int] = {}
         self.expected: dict[str, int] = {}  # what each tuned knob should hold right now
         self.backed_off: set[str] = set()
@@ -195,7 +202,12 @@ class Tuner:
                                   "--mode, or update the NIC driver")
         if not self.config.advise:
             assert self.state_path is not None
-            self.state = StateFile.create(self.state_path, self.backend)
+            self.lock = take_port(self.state_path.with_suffix(".lock"), self.backend.key)
+            try:
+                self.state = StateFile.create(self.state_path, self.backend)
+            except BaseException:
+                self.lock.release()
+                raise
             self.log(f"snapshot of {len(self.state.snapshot.raw)} knobs saved to "
                      f"{self.state_path}")
         current = {n: self.backend.read(knob(n)) for n in self.policy.knobs}
@@ -221,24 +233,31 @@ class Tuner:
         if self._closed:
             return None
         self._closed = True
+        close_counter = getattr(self.sampler.counter, "close", None)
+        if close_counter is not None:     # an ethtool counter's socket
+            close_counter()
         if self.config.advise:
             n = len(self.changes)
             self.log(f"advice only: {n} change{'s' * (n != 1)} would have been made; "
                      "nothing was written")
             return None
-        if self.state is None:
-            return None
-        with _signals_blocked():
-            report = restore(self.backend, self.state.snapshot,
-                             force=self.config.restore_foreign)
-            for line in report.lines():
-                self.log(line)
-            if report.ok:
-                self.state.remove()
-            else:
-                self.log(f"snapshot kept at {self.state.path}: retry with "
-                         f"`mltcp dcqcn restore --iface {self.backend.key}`")
-        return report
+        try:
+            if self.state is None:
+                return None
+            with _signals_blocked():
+                report = restore(self.backend, self.state.snapshot,
+                                 force=self.config.restore_foreign)
+                if report.ok:
+                    self.state.remove()
+                for line in report.lines():
+                    self.log(line)
+                if not report.ok:
+                    self.log(f"snapshot kept at {self.state.path}: retry with "
+                             f"`mltcp dcqcn restore --iface {self.backend.key}`")
+            return report
+        finally:
+            if self.lock is not None:   # after the restore: the port is free again
+                self.lock.release()
 
     # -- the loop --------------------------------------------------------------------
 
@@ -320,6 +339,24 @@ class Tuner:
         self._stats = _IterationStats(start_total=end_total, peak_f=0.0)
         if self.on_iteration is not None:
             self.on_iteration(status)
+
+
+def take_port(path: Path, key: str) -> OwnerLock:
+    """The port's tuner lock, held until :meth:`Tuner.close`; a live tuner on the port
+    is a one-line error naming its pid."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        return OwnerLock.acquire(path)
+    except Held as held:
+        raise MltcpError(busy_port(key, held.holder)) from None
+
+
+def busy_port(key: str, holder: Holder | None, force_flag: bool = False) -> str:
+    """One line: which live tuner holds the port, and the fix (stop it; or ``--force``)."""
+    pid = holder.pid if holder and holder.pid > 0 else "PID"
+    who = holder.describe() if holder else "an unknown process"
+    return (f"{key} is tuned by a live `mltcp dcqcn run` ({who}): stop it first (kill {pid})"
+            f"{' or --force' if force_flag else ''}")
 
 
 def advice_summary(changes: list[Change]) -> list[str]:

@@ -25,8 +25,15 @@ Why the shaping looks as it does (measured on this machine kind):
   namespace default (EPERM, and the failed attempt leaks a kernel reference), so
   programs pick their CC per socket.
 
+Building runs ``ip``/``tc`` in batches (a few processes per namespace, once per run:
+the commands stay readable and are what an engineer types to check a fabric by hand);
+reading the queues while traffic runs goes through one netlink socket per namespace
+(:mod:`mltcp.lab.emulation.qdiscs`), opened at the first read and closed with the fabric.
+
 Namespaces are named ``<tag>-<node>`` with the project prefix so that ``mltcp testbed
-clean`` finds leftovers of killed runs.
+clean`` finds leftovers of killed runs, and each is claimed in the run's owner record
+before it is created (:mod:`mltcp.lab.emulation.owners`), so that ``clean`` leaves the
+namespaces of live runs alone.
 """
 
 from __future__ import annotations
@@ -37,9 +44,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mltcp.core import signals
 from mltcp.core.errors import SpecError
 from mltcp.host.namespaces import netns_path, nsenter_argv
 from mltcp.lab.emulation import netns
+from mltcp.lab.emulation.owners import RunOwner
+from mltcp.lab.emulation.procgroup import ProcessGroup, pdeathsig_argv
+from mltcp.lab.emulation.qdiscs import QdiscReader
 from mltcp.lab.emulation.traffic import Endpoint
 from mltcp.lab.graph import LinkSpec, NetworkGraph, dumbbell_graph, graph_for, leaf_spine_graph
 from mltcp.lab.scenario import ETHERNET_HEADER_BYTES, Topology
@@ -66,20 +77,29 @@ class Port:
 @dataclass
 class _Built:
     namespaces: list[str] = field(default_factory=list)
-    procs: list[subprocess.Popen[Any]] = field(default_factory=list)
+    readers: dict[str, QdiscReader] = field(default_factory=dict)   # by namespace
     closed: bool = False
 
 
 class Fabric:
-    """Build on construction, tear down on close() / context exit / SIGTERM / exit."""
+    """Build on construction, tear down on close() / context exit / SIGTERM / exit.
+
+    ``owner``: the run's claim on what it creates (:mod:`mltcp.lab.emulation.owners`),
+    when the caller (the netns backend) holds one for more than the fabric; by default
+    the fabric holds its own for its lifetime.  Processes it starts (:meth:`run`) are
+    in :attr:`group`, which :meth:`close` stops as a whole (the netns backend starts its
+    job drivers in it too)."""
 
     def __init__(self, graph: NetworkGraph, prefix: str | None = None,
                  gso_max_segs: int | None = 1, rto_min_ms: float | None = None,
-                 mtu_bytes: int = 1500) -> None:
+                 mtu_bytes: int = 1500, owner: RunOwner | None = None) -> None:
         netns.require_netns()
         if len(graph.links) > MAX_LINKS:
             raise SpecError("links", f"{len(graph.links)} links",
                             f"use at most {MAX_LINKS} links")
+        self.owner = owner if owner is not None else RunOwner()
+        self._own_owner = owner is None
+        self.group = ProcessGroup()
         self.graph = graph
         self.hosts, self.switches = list(graph.hosts), list(graph.switches)
         self.links = list(graph.links)
@@ -142,8 +162,10 @@ class Fabric:
     def _build(self) -> None:
         for node in [*self.hosts, *self.switches]:
             ns = self.ns(node)
-            netns.create_netns(ns)
-            self._built.namespaces.append(ns)
+            with signals.deferred():   # created and recorded, or neither
+                self.owner.claim(namespaces=[ns])
+                netns.create_netns(ns)
+                self._built.namespaces.append(ns)
             settings = {"net.ipv6.conf.all.disable_ipv6": "1",
                         "net.ipv6.conf.default.disable_ipv6": "1"}
             if node in self.switches:
@@ -214,22 +236,33 @@ class Fabric:
         ]
 
     # ---------------------------------------------------------------- use
-    def qdisc_stats(self, node: str) -> dict[str, netns.QdiscStats]:
-        """Root-qdisc counters per device of one node: bytes, packets, drops, backlog."""
-        return netns.qdisc_stats(self.ns(node))
-
-    def queue(self, port: Port) -> netns.QdiscStats:
-        """The counters of one egress port's queue."""
-        return netns.qdisc_stats(self.ns(port.node), port.dev)[port.dev]
-
-    def run(self, node: str, argv: Sequence[str], **popen_kw: Any) -> subprocess.Popen[Any]:
-        """Start ``argv`` inside ``node``'s namespace; it is stopped on close()."""
+    def _reader(self, node: str) -> QdiscReader:
+        """The node's netlink socket, opened at its first read and kept until close()."""
+        ns = self.ns(node)
         with self._lock:
             if self._built.closed:
                 raise netns.NetnsError("fabric is closed")
-            proc = subprocess.Popen(nsenter_argv(self.ns(node), argv), **popen_kw)
-            self._built.procs.append(proc)
-        return proc
+            if ns not in self._built.readers:
+                self._built.readers[ns] = QdiscReader(ns)
+            return self._built.readers[ns]
+
+    def qdisc_stats(self, node: str) -> dict[str, netns.QdiscStats]:
+        """Root-qdisc counters per device of one node: bytes, packets, drops, backlog."""
+        return self._reader(node).read()
+
+    def queue(self, port: Port) -> netns.QdiscStats:
+        """The counters of one egress port's queue."""
+        return self._reader(port.node).read(port.dev)[port.dev]
+
+    def run(self, node: str, argv: Sequence[str], **popen_kw: Any) -> subprocess.Popen[Any]:
+        """Start ``argv`` inside ``node``'s namespace, in the fabric's process group and
+        killed if this thread dies (so start it from the thread that closes the fabric);
+        it is stopped on close()."""
+        with self._lock:
+            if self._built.closed:
+                raise netns.NetnsError("fabric is closed")
+            return self.group.popen(nsenter_argv(self.ns(node), pdeathsig_argv(argv)),
+                                    **popen_kw)
 
     def check_output(self, node: str, argv: Sequence[str], timeout_s: float = 60) -> str:
         """Run ``argv`` to completion in ``node``'s namespace and return its stdout."""
@@ -241,13 +274,19 @@ class Fabric:
         return proc.stdout
 
     def close(self) -> None:
-        """Stop our processes and delete our namespaces; safe to call repeatedly."""
+        """Stop our process group and delete our namespaces; safe to call repeatedly.
+        A signal meanwhile waits until the end (:func:`mltcp.core.signals.deferred`)."""
         with self._lock:
             if self._built.closed:
                 return
             self._built.closed = True
-        for proc in self._built.procs:
-            netns.stop_process(proc)
+        with signals.deferred():
+            self._teardown()
+
+    def _teardown(self) -> None:
+        self.group.stop()
+        for reader in self._built.readers.values():
+            reader.close()      # a socket keeps its namespace (and devices) alive
         left: list[str] = []
         for ns in reversed(self._built.namespaces):
             try:
@@ -255,6 +294,8 @@ class Fabric:
             except netns.NetnsError as exc:
                 left.append(str(exc))
         netns.untrack(self)
+        if self._own_owner:     # what is left behind is nobody's: `testbed clean` may go
+            self.owner.close()
         if left:  # said aloud: a namespace left behind breaks the next fabric of this name
             raise netns.NetnsError(f"{len(left)} namespace(s) of {self.tag} were left "
                                    f"behind ({'; '.join(left)}): remove them with "
@@ -277,11 +318,12 @@ class Fabric:
 
 
 def for_topology(topology: Topology, prefix: str | None = None,
-                 graph: NetworkGraph | None = None) -> Fabric:
-    """A scenario topology's fabric (``graph``: the plan's, when the caller has it)."""
+                 graph: NetworkGraph | None = None, owner: RunOwner | None = None) -> Fabric:
+    """A scenario topology's fabric (``graph``: the plan's, when the caller has it;
+    ``owner``: the run's claim, when the caller holds one)."""
     return Fabric(graph or graph_for(topology), prefix=prefix,
                   gso_max_segs=topology.gso_max_segs, rto_min_ms=topology.rto_min_ms,
-                  mtu_bytes=topology.mtu_bytes)
+                  mtu_bytes=topology.mtu_bytes, owner=owner)
 
 
 def dumbbell(hosts: int, bottleneck_mbit: float, queue_packets: int,

@@ -12,15 +12,17 @@ Facts about this host that shaped them (measured):
 * A process inside keeps a namespace (and its veths and qdiscs) alive after ``ip
   netns del``, so deleting one kills what runs in it first.
 * Every namespace this project creates is named with :data:`PROJECT_PREFIX`, so
-  ``mltcp testbed clean`` finds the leftovers of runs that died without cleaning up;
-  whatever is alive is closed at interpreter exit and on SIGTERM.
+  ``mltcp testbed clean`` finds the leftovers of runs that died without cleaning up
+  (and spares those of live runs: :mod:`mltcp.lab.emulation.owners`); whatever is
+  alive is closed at interpreter exit, and on SIGTERM unless the program unwinds on
+  signals (the CLI does: :mod:`mltcp.core.signals`).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import json
+import importlib.util
 import os
 import re
 import secrets
@@ -29,11 +31,12 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Protocol
 
+from mltcp.core import signals
 from mltcp.core.errors import CapabilityError, MltcpError, SpecError
 from mltcp.host.namespaces import list_netns, nsenter_argv
 
@@ -95,23 +98,14 @@ def create_netns(ns: str) -> None:
 
 
 def qdisc_stats(ns: str, dev: str | None = None) -> dict[str, QdiscStats]:
-    """Root-qdisc counters of every device in ``ns`` (or of ``dev`` only), by device."""
-    argv = ["tc", "-s", "-j", "qdisc", "show", *(["dev", dev] if dev else [])]
-    return parse_qdisc_stats(run_cmd(nsenter_argv(ns, argv)), dev)
+    """Root-qdisc counters of every device in ``ns`` (or of ``dev`` only), by device.
 
+    One netlink socket for this one read; whoever reads often keeps a
+    :class:`~mltcp.lab.emulation.qdiscs.QdiscReader` open instead (the fabric does)."""
+    from mltcp.lab.emulation.qdiscs import QdiscReader
 
-def parse_qdisc_stats(tc_json: str, dev: str | None = None) -> dict[str, QdiscStats]:
-    """The root qdiscs' counters out of ``tc -s -j qdisc show [dev DEV]`` output, by
-    device (tc leaves the device out of its JSON when asked for one: pass it as ``dev``)."""
-    out = {}
-    for q in json.loads(tc_json or "[]"):
-        if q.get("root"):
-            out[q.get("dev", dev)] = QdiscStats(
-                bytes=int(q.get("bytes", 0)), packets=int(q.get("packets", 0)),
-                drops=int(q.get("drops", 0)), overlimits=int(q.get("overlimits", 0)),
-                backlog=int(q.get("backlog", 0)), qlen=int(q.get("qlen", 0)),
-                requeues=int(q.get("requeues", 0)))
-    return out
+    with QdiscReader(ns) as reader:
+        return reader.read(dev)
 
 
 # --------------------------------------------------------------------------- processes
@@ -177,12 +171,14 @@ def stop_process(proc: subprocess.Popen[Any]) -> None:
         proc.wait()
 
 
-def cleanup_leftovers(prefix: str = PROJECT_PREFIX) -> list[str]:
-    """Delete every namespace whose name starts with ``prefix``; return their names.
+def cleanup_leftovers(prefix: str = PROJECT_PREFIX, keep: Collection[str] = ()) -> list[str]:
+    """Delete every namespace whose name starts with ``prefix``, except those in
+    ``keep``; return their names.
 
     For runs that died without cleaning up (SIGKILL, power loss).  Processes inside
-    are killed first so the namespaces really go away.  Note that the default prefix
-    also matches fabrics of *other* live processes.
+    are killed first so the namespaces really go away.  The default prefix also matches
+    fabrics of *other* live processes: ``mltcp testbed clean`` keeps those of live runs
+    (:mod:`mltcp.lab.emulation.owners`).
     """
     if not prefix.startswith(PROJECT_PREFIX):
         raise SpecError(
@@ -191,7 +187,7 @@ def cleanup_leftovers(prefix: str = PROJECT_PREFIX) -> list[str]:
         )
     removed = []
     for ns in list_netns():
-        if ns.startswith(prefix):
+        if ns.startswith(prefix) and ns not in keep:
             delete_netns(ns)
             removed.append(ns)
     return removed
@@ -206,6 +202,9 @@ def require_netns() -> None:
         raise CapabilityError(
             f"network namespaces need {', '.join(missing)} on PATH: install iproute2/util-linux"
         )
+    if importlib.util.find_spec("pyroute2") is None:
+        raise CapabilityError("the testbed reads its queues through pyroute2, which is not "
+                              "installed: pip install 'mltcp[lab]'")
     probe = f"{PROJECT_PREFIX}{os.getpid()}-probe-{secrets.token_hex(2)}"
     try:
         run_cmd(["ip", "netns", "add", probe])
@@ -250,7 +249,12 @@ def _close_all_live() -> None:
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    """Tear the namespaces down, then behave as the previous SIGTERM handler would."""
+    """Tear the namespaces down, then behave as the previous SIGTERM handler would.
+
+    The last resort of a program that uses fabrics and handles no signal.  The CLI's
+    commands unwind instead (:mod:`mltcp.core.signals`), which tears down the run's
+    jobs, markers, module and processes as well; while that handler is installed this
+    one stays out (and if it comes later, it replaces this one for SIGTERM)."""
     _close_all_live()
     prev = _PREV_SIGTERM
     if callable(prev):
@@ -271,7 +275,7 @@ def track(obj: Closable) -> None:
     atexit.register(_close_all_live)
     if threading.current_thread() is threading.main_thread():
         prev = signal.getsignal(signal.SIGTERM)
-        if prev is not _on_sigterm:
+        if prev is not _on_sigterm and not signals.unwinds(prev):
             _PREV_SIGTERM = prev
             signal.signal(signal.SIGTERM, _on_sigterm)
 

@@ -14,8 +14,13 @@ produces one common trace (:mod:`mltcp.lab.trace`).  Per run:
 4. start one traffic job per scenario job (:mod:`mltcp.lab.emulation.traffic`) with a
    common time 0 and the plan's start offsets and jitter draws, and sample every shaped
    link (throughput, queue, ECN marks, drops) meanwhile;
-5. write the trace, and always tear everything down again, also on errors and Ctrl-C
-   (leftovers of a killed run: `mltcp testbed clean`).
+5. write the trace, and always tear everything down again, also on errors, Ctrl-C,
+   SIGTERM and SIGHUP (the CLI unwinds on them: :mod:`mltcp.core.signals`): the job
+   drivers' process group, the namespaces, the jobs, the markers, the module.
+
+The run claims its namespaces and jobs before it creates them, and holds the claim
+while it lives (:mod:`mltcp.lab.emulation.owners`): `mltcp testbed clean` removes only
+the leftovers of runs that are gone (SIGKILL, power loss), and names the live ones.
 
 Standard DCTCP runs as mltcp_dctcp on flows of no job: this kernel has no native
 DCTCP, and an unmatched MLTCP flow is the standard algorithm.
@@ -30,9 +35,12 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from mltcp.host import datapath, jobs, maps
-from mltcp.lab.emulation import netns, traffic
+from mltcp.core import signals
+from mltcp.host import datapath, jobs, maps, rules
+from mltcp.host.namespaces import list_netns
+from mltcp.lab.emulation import netns, owners, traffic
 from mltcp.lab.emulation.fabric import Fabric, Port, for_topology
 from mltcp.lab.plan import JobPlan, RunPlan
 from mltcp.lab.scenario import Scheme
@@ -45,6 +53,19 @@ SETUP_S = 1.0                 # head start for the jobs to connect before time 0
 
 Progress = Callable[[str], None]
 Markers = dict[tuple[str, str], maps.MarkerKey]     # (node, dev) -> the marker's key
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    """A run in progress as a ``during`` hook of :func:`run_plan` sees it."""
+
+    fabric: Fabric
+    t0: float
+    """The jobs' common time 0 on ``time.monotonic()``'s clock (trace times count from it)."""
+    markers: Markers
+
+
+During = Callable[[LiveRun], contextlib.AbstractContextManager[object]]
 
 
 def module_for(scheme: Scheme) -> tuple[str | None, str]:
@@ -103,19 +124,26 @@ def _marker_counts(markers: Markers) -> dict[tuple[str, str], int]:
 
 
 def run_plan(plan: RunPlan, progress: Progress | None = None,
-             watch: Callable[[], None] | None = None) -> Trace:
+             watch: Callable[[], None] | None = None, during: During | None = None) -> Trace:
     """Run one plan on the testbed; its common trace.  ``watch`` is called about every
-    50 ms while the jobs run (``mltcp demo --live`` shows the datapath's state)."""
+    50 ms while the jobs run (``mltcp demo --live`` shows the datapath's state).
+    ``during`` makes a context entered once the network and its ECN markers are up,
+    before the jobs connect, and left when they are done, before anything is torn down
+    (packet captures on the wires: tests/test_wire.py)."""
     say = progress or (lambda _msg: None)
     scenario, scheme, seed = plan.scenario, plan.scheme, plan.seed
     module, cc = module_for(scheme)
     if module:
         datapath.require_bpf()
-    we_loaded = datapath.load([module]).loaded if module else []   # unloaded at the end
+    owner = owners.RunOwner()      # held until everything below is gone again
+    we_loaded: list[str] = []      # unloaded at the end
     attached: list[str] = []
     markers: Markers = {}
     try:
-        with for_topology(plan.topology, graph=plan.graph) as fab:
+        if module:
+            with signals.deferred():    # loaded and noted, or neither
+                we_loaded = datapath.load([module]).loaded
+        with for_topology(plan.topology, graph=plan.graph, owner=owner) as fab:
             if plan.ecn_threshold_bytes is not None:
                 markers = _attach_markers(fab, plan.ecn_threshold_bytes)
             t0 = time.monotonic() + SETUP_S
@@ -123,7 +151,7 @@ def run_plan(plan: RunPlan, progress: Progress | None = None,
             for job in plan.active_jobs:
                 port = BASE_PORT + job.index
                 if scheme.mltcp:
-                    _attach_workers(job, scheme, fab, port, attached)
+                    _attach_workers(job, scheme, fab, port, attached, owner)
                 specs.append(traffic.TrafficSpec(
                     name=job.name, workers=[fab.endpoint(h, port) for h in job.hosts], cc=cc,
                     connections=job.spec.connections, iterations=job.spec.iterations,
@@ -135,22 +163,28 @@ def run_plan(plan: RunPlan, progress: Progress | None = None,
             sampler = _LinkSampler(fab, t0, markers)
             expected = max(j.spec.iterations * (j.spec.compute_ms / 1000)
                            for j in plan.active_jobs)
-            with traffic.Launch(specs) as launch:
-                sampler.start()
-                next_say = time.monotonic() + 1.0
-                while launch.running():
-                    time.sleep(SAMPLE_S / 2)   # stop sampling as soon as the jobs are done
-                    if watch is not None:
-                        watch()
-                    if time.monotonic() >= next_say:
-                        next_say += 1.0
-                        say(f"{scenario.name} / {scheme.name} / seed {seed}: "
-                            f"{max(0.0, time.monotonic() - t0):.0f} s "
-                            f"(compute alone ~{expected:.0f} s)")
-                sampler.stop.set()
-                sampler.join(timeout=5)
-                sampler.sample()
-                reports = launch.wait()
+            with contextlib.ExitStack() as hooks:
+                if during is not None:   # entered before the jobs start (and connect)
+                    hooks.enter_context(during(LiveRun(fab, t0, markers)))
+                # The job drivers join the fabric's process group: one teardown stops them.
+                with traffic.Launch(specs, group=fab.group) as launch:
+                    sampler.start()
+                    try:
+                        next_say = time.monotonic() + 1.0
+                        while launch.running():
+                            time.sleep(SAMPLE_S / 2)   # stop sampling as soon as jobs are done
+                            if watch is not None:
+                                watch()
+                            if time.monotonic() >= next_say:
+                                next_say += 1.0
+                                say(f"{scenario.name} / {scheme.name} / seed {seed}: "
+                                    f"{max(0.0, time.monotonic() - t0):.0f} s "
+                                    f"(compute alone ~{expected:.0f} s)")
+                    finally:
+                        sampler.stop.set()
+                        sampler.join(timeout=5)
+                    sampler.sample()
+                    reports = launch.wait()
             job_traces = [JobTrace(name=job.name, links=job.links,
                                    iterations=tuple(IterationRecord(**it)
                                                     for it in report["iterations"]))
@@ -165,15 +199,26 @@ def run_plan(plan: RunPlan, progress: Progress | None = None,
                          provenance=provenance({"topology": scenario.topology.to_dict()}),
                          params=plan.trace_params())
     finally:
-        for name in attached:
-            with contextlib.suppress(Exception):
-                jobs.detach(name)
-        if markers:
-            with contextlib.suppress(Exception):
-                datapath.forget_markers(list(markers.values()))
-        if we_loaded:
-            with contextlib.suppress(Exception):
-                datapath.unload(we_loaded)
+        # The same teardown after a normal end, an error, Ctrl-C, SIGTERM or SIGHUP (the
+        # CLI turns those into an unwinding); a signal meanwhile waits for its end.
+        with signals.deferred():
+            _teardown(attached, markers, we_loaded, owner)
+
+
+def _teardown(attached: list[str], markers: Markers, we_loaded: list[str],
+              owner: owners.RunOwner) -> None:
+    """Detach the run's jobs, forget its markers, unload what it loaded; then drop its
+    claim (the fabric, its processes and namespaces went first)."""
+    for name in attached:
+        with contextlib.suppress(Exception):
+            jobs.detach(name)
+    if markers:
+        with contextlib.suppress(Exception):
+            datapath.forget_markers(list(markers.values()))
+    if we_loaded:
+        with contextlib.suppress(Exception):
+            datapath.unload(we_loaded)
+    owner.close()
 
 
 def _attach_markers(fab: Fabric, k_bytes: int) -> Markers:
@@ -181,8 +226,9 @@ def _attach_markers(fab: Fabric, k_bytes: int) -> Markers:
     ports: list[Port] = [p for _lid, p in fab.shaped_ports()]
     try:
         for port in ports:
-            markers[(port.node, port.dev)] = datapath.attach_marker(port.dev, k_bytes,
-                                                                    netns=fab.ns(port.node))
+            with signals.deferred():    # attached and noted, or neither
+                markers[(port.node, port.dev)] = datapath.attach_marker(
+                    port.dev, k_bytes, netns=fab.ns(port.node))
     except BaseException:
         datapath.forget_markers(list(markers.values()))
         raise
@@ -190,36 +236,64 @@ def _attach_markers(fab: Fabric, k_bytes: int) -> Markers:
 
 
 def _attach_workers(job: JobPlan, scheme: Scheme, fab: Fabric, port: int,
-                    attached: list[str]) -> None:
-    """One MLTCP job per worker, each named in ``attached`` as soon as it is attached
-    (so that a failure half way detaches exactly those)."""
+                    attached: list[str], owner: owners.RunOwner) -> None:
+    """One MLTCP job per worker, each claimed by the run before it is attached and named
+    in ``attached`` as soon as it is (so that a failure half way detaches exactly those,
+    and `testbed clean` leaves them alone while the run lives)."""
     agg = scheme.aggressiveness
     for flow in job.flows:
         name = f"{JOB_PREFIX}{job.name}-w{flow.worker}"
-        jobs.attach(jobs.JobSpec(name=name, cc=scheme.cc, budget=job.comm_bytes_per_worker,
-                                 slope=agg.slope, intercept=agg.intercept, cap=agg.cap,
-                                 gap_ms=job.idle_gap_ms, stale_s=0,
-                                 rules=(maps.Rule(fab.host_addr(flow.dst), port),)))
-        attached.append(name)
+        owner.claim(jobs=[name])
+        with signals.deferred():
+            jobs.attach(jobs.JobSpec(name=name, cc=scheme.cc, budget=job.comm_bytes_per_worker,
+                                     slope=agg.slope, intercept=agg.intercept, cap=agg.cap,
+                                     gap_ms=job.idle_gap_ms, stale_s=0,
+                                     rules=(rules.Rule(fab.host_addr(flow.dst), port),)))
+            attached.append(name)
 
 
-def clean() -> list[str]:
+@dataclass(frozen=True)
+class CleanReport:
+    """What ``mltcp testbed clean`` removed, and what it kept because its run is alive."""
+
+    removed: list[str]
+    kept: list[str]            # "3 namespaces and 2 jobs of run 1234 (alive)"
+
+
+def clean(force: bool = False) -> CleanReport:
     """Remove leftovers of killed runs: traffic jobs, namespaces, testbed jobs (and rules),
-    ECN markers of the removed namespaces."""
-    removed = []
+    ECN markers of the removed namespaces, scratch directories.  Namespaces and jobs a
+    live run claimed (:mod:`mltcp.lab.emulation.owners`) stay unless ``force``."""
+    runs = owners.records()
+    live = [] if force else [r for r in runs if r.alive]
+    removed, kept = [], []
     for pid in traffic.pids():
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
             removed.append(f"traffic job process {pid}")
-    removed += [f"namespace {ns}" for ns in netns.cleanup_leftovers()]
-    with contextlib.suppress(Exception):
-        for name in list(jobs.Registry().read()):
-            if name.startswith(JOB_PREFIX):
-                jobs.detach(name)
-                removed.append(f"job {name}")
+    found = [ns for ns in list_netns() if ns.startswith(netns.PROJECT_PREFIX)]
+    spaces = owners.sort_out(found, live, "namespaces")
+    for ns in spaces.remove:
+        netns.delete_netns(ns)
+        removed.append(f"namespace {ns}")
+    ours = owners.Sorted()
+    with contextlib.suppress(Exception):    # no registry yet: no jobs
+        names = [n for n in jobs.Registry().read() if n.startswith(JOB_PREFIX)]
+        ours = owners.sort_out(names, live, "jobs")
+        for name in ours.remove:
+            jobs.detach(name)
+            removed.append(f"job {name}")
+    for run in live:
+        n_ns, n_jobs = len(spaces.kept.get(run.id, [])), len(ours.kept.get(run.id, []))
+        if (n_ns or n_jobs) and run.holder is not None:
+            kept.append(f"kept {n_ns} namespaces and {n_jobs} jobs of run {run.holder.pid} "
+                        "(alive)")
     removed += [f"ECN marker of interface {key.ifindex} in a removed namespace"
                 for key in datapath.forget_stale_markers()]
     for path in traffic.stale_scratch():
         shutil.rmtree(path, ignore_errors=True)
         removed.append(f"scratch directory {path}")
-    return removed
+    for run in runs:
+        if not run.alive or force:
+            owners.forget(run)
+    return CleanReport(removed, kept)

@@ -49,6 +49,7 @@ from typing import Any
 from mltcp.core import validate
 from mltcp.core.errors import MltcpError, SpecError
 from mltcp.host.namespaces import enter_netns
+from mltcp.lab.emulation.procgroup import ProcessGroup
 from mltcp.lab.emulation.sockets import (
     drain,
     hold_whole_share,
@@ -67,6 +68,7 @@ _BULK_SEND_TIMEOUT_S = 0.05
 _CONNECT_TIMEOUT_S = 30.0
 _LISTEN_TIMEOUT_S = 10.0
 PR_SET_PDEATHSIG = 1
+PARENT_ENV = "MLTCP_TRAFFIC_PARENT"   # the launcher's pid, for the driver's check
 SCRATCH_PREFIX = "mltcp-traffic-"   # + the launcher's pid: `testbed clean` finds dead ones
 
 
@@ -373,18 +375,28 @@ class Launch:
     process fails is an :class:`~mltcp.core.errors.MltcpError` naming the job and
     carrying its error line."""
 
-    def __init__(self, specs: Sequence[TrafficSpec]) -> None:
+    def __init__(self, specs: Sequence[TrafficSpec], group: ProcessGroup | None = None) -> None:
+        """Start every job, each a process in ``group`` (the run's: a testbed run passes
+        its fabric's, so that one teardown stops all; default: a group of its own)."""
         self._tmp = tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
+        self.group = group if group is not None else ProcessGroup()
+        self._own_group = group is None
         self.specs = []
         self.procs: list[subprocess.Popen[str]] = []
-        for k, spec in enumerate(specs):
-            out = Path(self._tmp.name) / f"{k}-{spec.name}.json"
-            spec = TrafficSpec(**{**asdict(spec), "out": str(out)})
-            path = out.with_suffix(".spec.json")
-            path.write_text(spec.to_json())
-            self.specs.append(spec)
-            self.procs.append(subprocess.Popen([sys.executable, "-m", MODULE, str(path)],
-                                               stderr=subprocess.PIPE, text=True))
+        env = {**os.environ, PARENT_ENV: str(os.getpid())}
+        try:
+            for k, spec in enumerate(specs):
+                out = Path(self._tmp.name) / f"{k}-{spec.name}.json"
+                spec = TrafficSpec(**{**asdict(spec), "out": str(out)})
+                path = out.with_suffix(".spec.json")
+                path.write_text(spec.to_json())
+                self.specs.append(spec)
+                self.procs.append(self.group.popen([sys.executable, "-m", MODULE, str(path)],
+                                                   stdin=subprocess.DEVNULL,
+                                                   stderr=subprocess.PIPE, text=True, env=env))
+        except BaseException:
+            self.stop()
+            raise
 
     def running(self) -> bool:
         return any(p.poll() is None for p in self.procs)
@@ -408,6 +420,9 @@ class Launch:
         return reports
 
     def stop(self) -> None:
+        """Kill what still runs (the whole group if it is the launch's own) and reap it."""
+        if self._own_group:
+            self.group.stop(grace_s=0)
         for proc in self.procs:
             if proc.poll() is None:
                 proc.kill()
@@ -457,12 +472,17 @@ def stale_scratch() -> list[Path]:
 
 def _die_with_parent() -> None:
     """A job whose launcher was killed must not keep its sockets (and with them the
-    MLTCP module it runs) alive: ask the kernel for SIGKILL when the parent dies."""
+    MLTCP module it runs) alive: ask the kernel for SIGKILL when the parent dies.  A
+    parent that died before the request was made is noticed by the parent pid having
+    changed (the launcher passes its own in the environment): then exit at once."""
     import ctypes
     import signal
 
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    expected = os.environ.get(PARENT_ENV, "")
+    if expected.isdigit() and os.getppid() != int(expected):
+        os._exit(1)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,91 @@
+"""The one teardown path (mltcp.core.signals), with real signals sent to this process:
+SIGTERM and SIGHUP unwind the main thread as Ctrl-C does, a second signal cannot cut the
+teardown short, and a step under deferred() finishes before the signal lands."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from mltcp.cli import EXIT_INTERRUPTED
+from mltcp.core import signals
+from mltcp.core.signals import Terminated
+
+
+def _send(signo: int) -> None:
+    """Signal this process; Python runs the handler before the next line."""
+    os.kill(os.getpid(), signo)
+
+
+@pytest.mark.parametrize("signo", signals.TEARDOWN_SIGNALS)
+def test_each_signal_unwinds_with_its_exit_code(signo: int) -> None:
+    before = {s: signal.getsignal(s) for s in signals.TEARDOWN_SIGNALS}
+    torn_down = []
+    with pytest.raises(KeyboardInterrupt) as info, signals.unwinding():
+        try:
+            _send(signo)
+            pytest.fail("the signal did not interrupt the main thread")
+        finally:
+            torn_down.append(True)
+    assert torn_down == [True]
+    assert isinstance(info.value, Terminated) and info.value.signo == signo
+    assert info.value.exit_code == 128 + signo
+    assert {s: signal.getsignal(s) for s in signals.TEARDOWN_SIGNALS} == before   # restored
+    assert signals.received() is None
+
+
+def test_exit_codes_follow_the_shells_convention() -> None:
+    assert EXIT_INTERRUPTED == 130
+    assert (signals.exit_code(signal.SIGHUP), signals.exit_code(signal.SIGTERM)) == (129, 143)
+
+
+def test_a_second_signal_during_teardown_is_ignored_and_said(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    steps = []
+    with pytest.raises(Terminated) as info, signals.unwinding():
+        try:
+            _send(signal.SIGHUP)
+        finally:
+            _send(signal.SIGTERM)       # impatient: must not abort the teardown
+            steps.append("first half")
+            _send(signal.SIGINT)
+            steps.append("second half")
+    assert info.value.signo == signal.SIGHUP
+    assert steps == ["first half", "second half"]
+    err = capsys.readouterr().err
+    assert "SIGTERM during teardown: ignored" in err and "SIGINT during teardown" in err
+
+
+def test_deferred_finishes_the_step_then_raises(capsys: pytest.CaptureFixture[str]) -> None:
+    steps = []
+    with signals.unwinding(), pytest.raises(Terminated) as info:
+        with signals.deferred():
+            _send(signal.SIGTERM)
+            steps.append("recorded")
+            with signals.deferred():        # nested: held until the outermost ends
+                steps.append("inner")
+            steps.append("outer end")
+        steps.append("never")
+    assert steps == ["recorded", "inner", "outer end"]
+    assert info.value.signo == signal.SIGTERM
+    assert "finishing the current step first" in capsys.readouterr().err
+
+
+def test_the_netns_hook_stays_out_while_the_cli_unwinds() -> None:
+    """The lab's last-resort SIGTERM hook (delete namespaces, then die) would skip the
+    run's teardown of jobs, markers and module: under unwinding() it is not installed."""
+    from mltcp.lab.emulation import netns
+
+    class Dummy:
+        def close(self) -> None:
+            pass
+
+    obj = Dummy()
+    with signals.unwinding():
+        netns.track(obj)
+        try:
+            assert signals.unwinds(signal.getsignal(signal.SIGTERM))
+        finally:
+            netns.untrack(obj)
