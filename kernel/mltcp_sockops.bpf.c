@@ -31,42 +31,36 @@ struct {
 	__type(value, __u32);   /* job id of the cgroup this program is attached to, 0 = rules */
 } mltcp_cgroup_job SEC(".maps");
 
-static __always_inline int set_cc(struct bpf_sock_ops *skops, __u32 cc)
+/* The module for a job's new socket, or with ``native`` the kernel's own algorithm of
+ * its family (the name without "mltcp_").  bpf_setsockopt never loads a module: without
+ * tcp_dctcp the native call fails and the socket keeps its algorithm. */
+static __always_inline int set_cc(struct bpf_sock_ops *skops, __u32 cc, int native)
 {
 	char reno[] = "mltcp_reno";
 	char cubic[] = "mltcp_cubic";
 	char dctcp[] = "mltcp_dctcp";
+	char *name;
+	int len;
 
 	switch (cc) {
 	case MLTCP_CC_RENO:
-		return bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, reno, sizeof(reno));
+		name = reno;
+		len = sizeof(reno);
+		break;
 	case MLTCP_CC_CUBIC:
-		return bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, cubic, sizeof(cubic));
+		name = cubic;
+		len = sizeof(cubic);
+		break;
 	case MLTCP_CC_DCTCP:
-		return bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, dctcp, sizeof(dctcp));
+		name = dctcp;
+		len = sizeof(dctcp);
+		break;
 	default:
 		return 0;
 	}
-}
-
-/* The kernel's own algorithm of the module's family.  bpf_setsockopt never loads a
- * module: without tcp_dctcp the call fails and the socket keeps its algorithm. */
-static __always_inline int set_native_cc(struct bpf_sock_ops *skops, __u32 cc)
-{
-	char reno[] = "reno";
-	char cubic[] = "cubic";
-	char dctcp[] = "dctcp";
-
-	switch (cc) {
-	case MLTCP_CC_RENO:
-		return bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, reno, sizeof(reno));
-	case MLTCP_CC_CUBIC:
-		return bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, cubic, sizeof(cubic));
-	case MLTCP_CC_DCTCP:
-		return bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, dctcp, sizeof(dctcp));
-	default:
-		return 0;
-	}
+	if (native)
+		return bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, name + 6, len - 6);
+	return bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, name, len);
 }
 
 /* A job whose config cannot be used now: native CC for the new connection, counted. */
@@ -77,7 +71,7 @@ static __always_inline void fall_back(struct bpf_sock_ops *skops, __u32 job,
 
 	if (!cfg->cc)
 		return;   /* detached (config zeroed): not a job any more */
-	set_native_cc(skops, cfg->cc);
+	set_cc(skops, cfg->cc, 1);
 	st = bpf_map_lookup_elem(&mltcp_job_state, &job);
 	if (st)
 		__sync_fetch_and_add(&st->stale_fallbacks, 1);
@@ -153,6 +147,6 @@ int mltcp_sockops(struct bpf_sock_ops *skops)
 	if (!tag)
 		return 1;
 	tag->job_id = job;
-	set_cc(skops, cfg->cc);
+	set_cc(skops, cfg->cc, 0);
 	return 1;
 }
