@@ -24,7 +24,7 @@ from mltcp.host.state import lock_path
 
 pytestmark = pytest.mark.kernel
 
-CYCLES_PER_WORKER = int(os.environ.get("MLTCP_RACE_CYCLES", "20"))
+CYCLES_PER_WORKER = int(os.environ.get("MLTCP_RACE_CYCLES", "10"))
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
