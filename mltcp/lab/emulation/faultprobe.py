@@ -190,12 +190,10 @@ class EcnBench:
         probe = getattr(self, "probe", None)
         if probe is not None:
             probe.close()
-        if hasattr(self, "port"):
-            try:
+        try:
+            if hasattr(self, "port"):   # the marker was attached after the port was found
                 datapath.detach_marker(self.port.dev, netns=self.net.ns(self.port.node))
-            finally:
-                self.net.close()
-        else:
+        finally:
             self.net.close()
 
     def __enter__(self) -> EcnBench:
