@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from mltcp.core.errors import CapabilityError, MltcpError, SpecError
 from mltcp.host import maps, namespaces
 from mltcp.host.build import build_object
-from mltcp.host.libbpf import BPF_CGROUP_SOCK_OPS, BPF_MAP_TYPE_STRUCT_OPS, libbpf
+from mltcp.host.libbpf import BPF_CGROUP_SOCK_OPS, BPF_MAP_TYPE_STRUCT_OPS, BpfMapInfo, libbpf
 from mltcp.host.state import host_lock
 
 MODULES = ("reno", "cubic", "dctcp")
@@ -244,9 +244,13 @@ def _register(module: str) -> None:
         obj.close()
 
 
+def struct_ops_maps() -> list[BpfMapInfo]:
+    """The kernel's struct_ops maps: every registered BPF congestion control, ours or not."""
+    return [i for i in libbpf().map_infos() if i.type == BPF_MAP_TYPE_STRUCT_OPS]
+
+
 def _struct_ops_ids(name: str) -> list[int]:
-    return [int(i.id) for i in libbpf().map_infos()
-            if i.type == BPF_MAP_TYPE_STRUCT_OPS and i.name.decode() == name]
+    return [int(i.id) for i in struct_ops_maps() if i.name.decode() == name]
 
 
 def _unregister(module: str) -> bool:

@@ -13,7 +13,6 @@ from pathlib import Path
 from mltcp.core.errors import MltcpError
 from mltcp.host import build, datapath, maps
 from mltcp.host.build import BTF_PATH, OBJECTS, build_object
-from mltcp.host.libbpf import BPF_MAP_TYPE_STRUCT_OPS, libbpf
 
 KFUNCS = (b"cubictcp_cong_avoid", b"tcp_reno_cong_avoid", b"tcp_slow_start")
 
@@ -45,9 +44,11 @@ def kernel_fault_check() -> Check:
         return Check("kernelfault", True, "no SRSO return thunk "
                      f"({srso or 'no spec_rstack_overflow entry'}): the BPF CC return-value "
                      "fault of docs/known-issues.md was not seen on such hosts")
-    others = sorted({i.name.decode() for i in libbpf_infos()
-                     if i.type == BPF_MAP_TYPE_STRUCT_OPS}
-                    - {datapath.cc_name(m) for m in datapath.MODULES})
+    try:
+        registered = {i.name.decode() for i in datapath.struct_ops_maps()}
+    except (OSError, MltcpError):    # no privilege to list the kernel's maps
+        registered = set()
+    others = sorted(registered - {datapath.cc_name(m) for m in datapath.MODULES})
     health = maps.read_health()
     seen = health.ssthresh_overrides + health.cwnd_contained
     detail = (f"Linux {platform.release()}, SRSO '{srso}': BPF congestion controls can be "
@@ -59,14 +60,6 @@ def kernel_fault_check() -> Check:
                      "see docs/kernel-fault/ to reproduce and report", warn=True)
     return Check("kernelfault", True, detail, "see docs/kernel-fault/ to reproduce and report",
                  warn=True)
-
-
-def libbpf_infos() -> list:
-    """The kernel's BPF maps (empty without the privilege to list them)."""
-    try:
-        return libbpf().map_infos()
-    except (OSError, MltcpError):
-        return []
 
 
 def _kernel_version() -> tuple[int, int]:
