@@ -430,6 +430,23 @@ static __always_inline __u32 mltcp_in_flight(const struct tcp_sock *tp)
 	return tp->packets_out - (tp->sacked_out + tp->lost_out) + tp->retrans_out;
 }
 
+/* Hold TCP's window to at most what this module last set, or the window before the
+ * current reduction (what a genuine undo_cwnd() restores): a larger one came from a
+ * garbage undo_cwnd() return (docs/known-issues.md). */
+static __always_inline void mltcp_contain_cwnd(struct sock *sk, struct mltcp_flow *fl)
+{
+	struct tcp_sock *tp = mltcp_tcp_sk(sk);
+	__u32 bound;
+
+	if (!fl->cwnd_set)
+		return;
+	bound = fl->cwnd_set > tp->prior_cwnd ? fl->cwnd_set : tp->prior_cwnd;
+	if (tp->snd_cwnd > bound) {
+		mltcp_health_count(1, tp->snd_cwnd);
+		tp->snd_cwnd = bound;
+	}
+}
+
 /*
  * First part of every module's cong_control(): keep TCP's window and ssthresh to
  * the module's decisions.  ``fallback_ssthresh`` is the algorithm's ssthresh for a
@@ -444,13 +461,7 @@ static __always_inline int mltcp_control_begin(struct sock *sk, struct mltcp_flo
 	__u8 state = mltcp_icsk(sk)->icsk_ca_state;
 	__u32 bound;
 
-	if (fl->cwnd_set) {
-		bound = fl->cwnd_set > tp->prior_cwnd ? fl->cwnd_set : tp->prior_cwnd;
-		if (tp->snd_cwnd > bound) {
-			mltcp_health_count(1, tp->snd_cwnd);
-			tp->snd_cwnd = bound;
-		}
-	}
+	mltcp_contain_cwnd(sk, fl);
 	if (state < TCP_CA_CWR) {
 		/* The reduction ended on this ACK.  TCP leaves the window to a cong_control()
 		 * CC (tcp_end_cwnd_reduction()); set it as TCP does for the others: to the
@@ -607,6 +618,10 @@ static __always_inline void mltcp_on_tx_start(struct sock *sk, struct mltcp_flow
 	__u32 job = fl->job_id;
 	__u64 now;
 
+	/* An ACK that found nothing in flight never reaches cong_control(), yet it can
+	 * undo a reduction (a D-SACK): contain that window before the first segment of
+	 * the restart is followed by a burst. */
+	mltcp_contain_cwnd(sk, fl);
 	if (!job || job >= MLTCP_MAX_JOBS || mltcp_tcp_sk(sk)->packets_out)
 		return;
 	cfg = bpf_map_lookup_elem(&mltcp_job_cfg, &job);

@@ -30,14 +30,16 @@ def test_growth_counts_only_congestion_avoidance_pairs_without_a_reduction() -> 
     assert g.per_round == pytest.approx(2 / rounds)
 
 
-def test_peak_growth_per_delivered_skips_short_pairs_and_other_connections() -> None:
+def test_growth_per_delivered_skips_short_pairs_and_other_connections() -> None:
     samples = [
         _sample(40, 0), _sample(60, 50),          # 20 over 50: 0.4
         _sample(70, 60),                          # 10 over 10: too few delivered
         _sample(100, 120),                        # 30 over 60: 0.5
         _sample(10, 0, conn=1), _sample(90, 100, conn=1),  # 0.8, on connection 1
     ]
-    assert flowstats.peak_growth_per_delivered(samples, min_delivered=50, conn=0) == 0.5
-    assert flowstats.peak_growth_per_delivered(samples, min_delivered=50) == 0.8
-    assert flowstats.peak_growth_per_delivered(samples, min_delivered=5, conn=0) == 1.0
-    assert flowstats.peak_growth_per_delivered([], min_delivered=5) == 0.0
+    assert flowstats.growth_per_delivered(samples, min_delivered=50, conn=0) == [0.4, 0.5]
+    assert sorted(flowstats.growth_per_delivered(samples, min_delivered=50)) == [0.4, 0.5, 0.8]
+    assert flowstats.growth_per_delivered(samples, min_delivered=5, conn=0) == [0.4, 1.0, 0.5]
+    assert flowstats.share_growing_faster(samples, 0.45) == pytest.approx(2 / 3)
+    assert flowstats.share_growing_faster(samples, 0.45, conn=0) == 0.5
+    assert flowstats.share_growing_faster([], 0.45) == 0.0

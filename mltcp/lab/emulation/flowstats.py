@@ -61,18 +61,30 @@ def ca_growth(samples: list[dict], conn: int | None = None) -> Growth:
     return Growth(per_round=grown / rounds if rounds else 0.0, rounds=rounds, pairs=pairs)
 
 
-def peak_growth_per_delivered(samples: list[dict], min_delivered: int = 50,
-                              conn: int | None = None) -> float:
-    """The largest window growth per delivered packet over sample pairs in congestion avoidance.
+def growth_per_delivered(samples: list[dict], min_delivered: int = 50,
+                         conn: int | None = None) -> list[float]:
+    """Window growth per delivered packet of each sample pair in congestion avoidance.
 
     CUBIC never grows by more than one segment per two ACKed (x1.5 per round
-    trip), so its value is at most 0.5 plus the rounding of one increment over
-    ``min_delivered`` packets; pairs that delivered fewer are skipped because
-    that rounding would dominate them.  0.0 when no pair qualifies.
+    trip), so a pair's value is at most 0.5 plus the rounding of one increment
+    over ``min_delivered`` packets; pairs that delivered fewer are skipped because
+    that rounding would dominate them.
     """
-    return max((float(b["cwnd"] - a["cwnd"]) / delivered
-                for a, b, delivered in _ca_pairs(samples, conn)
-                if delivered >= min_delivered), default=0.0)
+    return [float(b["cwnd"] - a["cwnd"]) / delivered
+            for a, b, delivered in _ca_pairs(samples, conn) if delivered >= min_delivered]
+
+
+def share_growing_faster(samples: list[dict], per_delivered: float, min_delivered: int = 50,
+                         conn: int | None = None) -> float:
+    """Share of congestion-avoidance pairs whose window grew by more than ``per_delivered``
+    segments per delivered packet (0.0 when no pair qualifies).
+
+    A share, not the maximum, because a TCP_INFO pair cannot see everything between its
+    two samples: a late undo of a recovery (``undo_cwnd()``, the kernel's doing) or a
+    window set at the end of a reduction inside the interval reads as growth.
+    """
+    rates = growth_per_delivered(samples, min_delivered, conn)
+    return sum(r > per_delivered for r in rates) / len(rates) if rates else 0.0
 
 
 def mean_cwnd(samples: list[dict]) -> float:

@@ -69,6 +69,7 @@ _TCP_INFO_FIELDS: tuple[tuple[str, int, str], ...] = (
     ("delivered_ce", 196, "I"),
     ("bytes_sent", 200, "Q"),
     ("bytes_retrans", 208, "Q"),
+    ("dsack_dups", 216, "I"),
     ("total_rto", 240, "H"),
     ("total_rto_time_ms", 244, "I"),
 )
@@ -109,6 +110,7 @@ class TcpInfo:
     delivered_ce: int
     bytes_sent: int
     bytes_retrans: int
+    dsack_dups: int           # segments the receiver reported twice (D-SACK; Linux >= 5.0)
     total_rto: int            # retransmission timeouts so far (Linux >= 6.7, else 0)
     total_rto_time_ms: int    # time spent recovering from them (Linux >= 6.7, else 0)
 

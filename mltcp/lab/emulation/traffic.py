@@ -210,7 +210,8 @@ class _Sampler(threading.Thread):
                     "t": round(t, 6), "conn": i, "cwnd": info.snd_cwnd, "rtt_us": info.rtt_us,
                     "bytes_acked": info.bytes_acked - base, "retrans": info.total_retrans,
                     "ssthresh": info.snd_ssthresh, "ca_state": info.ca_state,
-                    "delivered": info.delivered, "delivered_ce": info.delivered_ce})
+                    "delivered": info.delivered, "delivered_ce": info.delivered_ce,
+                    "dsack_dups": info.dsack_dups})
             next_t += self.period_s
             self.stop.wait(max(0.0, next_t - time.monotonic()))
 
