@@ -11,9 +11,13 @@ and both as ratios to native measured in the same round.  Writes JSON and a PNG.
 
 ``--rate-mbit 0`` leaves the veth path unshaped: then the CPU, not a shaper, is the
 bottleneck (tens of Gbit/s), and goodput and CPU per GB show the datapath's own cost.
+There the sender should be ``--sender iperf3`` (client pinned to CPU 0, server to CPU 1):
+the project's Python sender spends most of the CPU itself and its rounds varied from
+0.45x to 1.6x of each other, which hid any difference the datapath could make.
 
     python bench/bench_datapath.py --out bench/results/datapath.json
-    python bench/bench_datapath.py --rate-mbit 0 --out bench/results/datapath-unshaped.json
+    python bench/bench_datapath.py --rate-mbit 0 --sender iperf3 \
+        --out bench/results/datapath-unshaped.json
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,7 +35,7 @@ from pathlib import Path
 
 from mltcp import __version__
 from mltcp.host import datapath, jobs, rules
-from mltcp.lab.emulation import fabric, traffic
+from mltcp.lab.emulation import fabric, netns, traffic
 
 PORT_PLAIN, PORT_JOB_F1, PORT_JOB_LIVE = 7100, 7101, 7102
 VARIANTS = {
@@ -58,7 +63,46 @@ def git_sha() -> str:
         return "unknown"
 
 
-def run(rounds: int, duration_s: float, rate_mbit: float) -> dict:
+def python_round(net: fabric.Fabric, variant: str, cc: str, port: int,
+                 duration_s: float) -> tuple[float, int]:
+    """(goodput bit/s, bytes acked) of one bulk flow from the project's own sender."""
+    spec = traffic.TrafficSpec(name=variant, cc=cc, pattern="oneway", duration_s=duration_s,
+                               sample_ms=100, workers=[net.endpoint("h1", port),
+                                                       net.endpoint("h2", port)])
+    [rep] = traffic.run_jobs([spec])
+    return rep["goodput_bps"], rep["bytes_acked_total"]
+
+
+def iperf3_round(net: fabric.Fabric, cc: str, port: int, duration_s: float) -> tuple[float, int]:
+    """(goodput bit/s, bytes received) of one iperf3 flow h1 -> h2 with congestion control
+    ``cc`` (iperf3 -C), client pinned to CPU 0 and server to CPU 1."""
+    server = net.run("h2", ["iperf3", "-s", "-1", "-p", str(port), "-A", "1"],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 10
+        while True:   # the server listens a moment after it starts
+            try:
+                out = net.check_output("h1", ["iperf3", "-c", net.host_addr("h2"), "-p",
+                                              str(port), "-C", cc, "-t", f"{duration_s:g}",
+                                              "-A", "0", "-J"], timeout_s=duration_s + 30)
+                break
+            except netns.NetnsError:   # connection refused: not listening yet
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise
+                time.sleep(0.2)
+    finally:
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    end = json.loads(out)["end"]
+    if end.get("sender_tcp_congestion") not in (None, cc):
+        raise RuntimeError(f"iperf3 ran {end['sender_tcp_congestion']}, not {cc}")
+    return end["sum_received"]["bits_per_second"], int(end["sum_received"]["bytes"])
+
+
+def run(rounds: int, duration_s: float, rate_mbit: float, sender: str = "python") -> dict:
     we_loaded = datapath.load(["cubic"]).loaded
     attached = []
     results: dict[str, list[dict]] = {v: [] for v in VARIANTS}
@@ -72,23 +116,22 @@ def run(rounds: int, duration_s: float, rate_mbit: float) -> dict:
         with fabric.dumbbell(2, rate_mbit or None, 1000, gso_max_segs=None) as net:
             for r in range(rounds):
                 for variant, (cc, port) in VARIANTS.items():
-                    spec = traffic.TrafficSpec(
-                        name=variant, cc=cc, pattern="oneway", duration_s=duration_s,
-                        sample_ms=100, workers=[net.endpoint("h1", port),
-                                                net.endpoint("h2", port)])
                     (busy0, kern0), t0 = cpu_busy_seconds(), time.monotonic()
-                    [rep] = traffic.run_jobs([spec])
+                    if sender == "iperf3":
+                        goodput, acked = iperf3_round(net, cc, port, duration_s)
+                    else:
+                        goodput, acked = python_round(net, variant, cc, port, duration_s)
                     busy1, kern1 = cpu_busy_seconds()
                     busy, kern = busy1 - busy0, kern1 - kern0
                     wall = time.monotonic() - t0
-                    gbytes = rep["bytes_acked_total"] / 1e9
+                    gbytes = acked / 1e9
                     results[variant].append({
-                        "round": r, "goodput_bps": rep["goodput_bps"],
+                        "round": r, "goodput_bps": goodput,
                         "cpu_s": busy, "kernel_cpu_s": kern, "wall_s": wall,
                         "cpu_s_per_gb": busy / gbytes, "kernel_cpu_s_per_gb": kern / gbytes,
                     })
                     print(f"round {r + 1}/{rounds} {variant:<12} "
-                          f"{rep['goodput_bps'] / 1e6:7.1f} Mbit/s  {busy / gbytes:6.3f} CPU s/GB",
+                          f"{goodput / 1e6:7.1f} Mbit/s  {busy / gbytes:6.3f} CPU s/GB",
                           file=sys.stderr, flush=True)
     finally:
         for name in attached:
@@ -120,7 +163,8 @@ def run(rounds: int, duration_s: float, rate_mbit: float) -> dict:
     return {
         "benchmark": "datapath", "mltcp_version": __version__, "git_sha": git_sha(),
         "kernel": platform.release(), "cpus": os.cpu_count(),
-        "params": {"rounds": rounds, "duration_s": duration_s, "rate_mbit": rate_mbit},
+        "params": {"rounds": rounds, "duration_s": duration_s, "rate_mbit": rate_mbit,
+                   "sender": sender},
         "summary": summary, "runs": results,
     }
 
@@ -146,7 +190,7 @@ def plot(report: dict, png: Path) -> None:
     p = report["params"]
     link = (f"{p['rate_mbit']:g} Mbit/s netns bottleneck" if p["rate_mbit"]
             else "unshaped veth (CPU-bound)")
-    fig.suptitle(f"MLTCP-CUBIC vs native cubic, {link}, "
+    fig.suptitle(f"MLTCP-CUBIC vs native cubic, {link}, {p.get('sender', 'python')} sender, "
                  f"{p['rounds']} interleaved rounds x {p['duration_s']:g} s (median, min-max)")
     fig.tight_layout()
     fig.savefig(png, dpi=120)
@@ -158,9 +202,14 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=3.0)
     ap.add_argument("--rate-mbit", type=float, default=1000,
                     help="bottleneck rate (default 1000); 0 = unshaped veth, CPU-bound")
+    ap.add_argument("--sender", choices=("python", "iperf3"), default="python",
+                    help="who sends: the project's traffic sender (default) or iperf3 "
+                         "(pinned; for --rate-mbit 0, where the sender's own CPU dominates)")
     ap.add_argument("--out", default="bench/results/datapath.json")
     args = ap.parse_args()
-    report = run(args.rounds, args.duration, args.rate_mbit)
+    if args.sender == "iperf3" and not shutil.which("iperf3"):
+        ap.error("--sender iperf3: iperf3 is not installed (bash scripts/setup.sh installs it)")
+    report = run(args.rounds, args.duration, args.rate_mbit, args.sender)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))

@@ -3,12 +3,13 @@
 # and a virtual environment in .venv with mltcp installed (editable), the lab (numpy,
 # matplotlib, pyroute2), its test tools (pytest, ruff, scapy) and the sweep (Dask,
 # pandas, pyarrow) and ns3 (ns-3 bindings, cppyy) extras, so that every test runs.
-# ethtool is only for the test that compares the tuner's ioctl reads with it.
+# ethtool is only for the test that compares the tuner's ioctl reads with it; iperf3 for
+# the CPU-bound datapath benchmark and the kernel-fault reproducer in docs/kernel-fault.
 # Idempotent: a second run installs nothing and takes a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEBS=(clang llvm libbpf-dev bpftool iproute2 util-linux procps ethtool)
+DEBS=(clang llvm libbpf-dev bpftool iproute2 util-linux procps ethtool iperf3)
 missing=()
 for pkg in "${DEBS[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -35,6 +35,9 @@ from mltcp.lab.emulation.traffic import Endpoint, TrafficSpec
 
 REPO = Path(__file__).resolve().parents[1]
 RATE_MBIT = 1000
+# Two Python senders share 2 cores with the emulated network: at 1 Gbit/s a busy host
+# sometimes left them CPU-bound, short of the link, and the shared queue never dropped.
+SHARED_RATE_MBIT = 300
 
 
 def free_ports(n: int) -> list[int]:
@@ -156,7 +159,7 @@ def test_a_oneway_bulk_flow_reports_goodput_and_samples() -> None:
     assert {s["conn"] for s in rep["samples"]} == {0, 1}
     sample = rep["samples"][-1]
     assert set(sample) == {"t", "conn", "cwnd", "rtt_us", "bytes_acked", "retrans", "ssthresh",
-                           "ca_state", "delivered", "delivered_ce"}
+                           "ca_state", "delivered", "delivered_ce", "dsack_dups"}
     assert sample["delivered"] > 0 and sample["ssthresh"] > 0
 
 
@@ -260,15 +263,16 @@ def _overlap_s(reps: list[dict]) -> float:
 def test_two_senders_share_the_bottleneck(quiet_host) -> None:
     """Both senders get a real share of one bottleneck.
 
-    Uses a 100-packet (150 KB, 1.2 ms) buffer: behind a 1000-packet (12 ms) buffer
+    Uses a 100-packet (150 KB, 4 ms at SHARED_RATE_MBIT) buffer: behind a 1000-packet (12 ms) buffer
     only a handful of loss events happen in 3 s, so two CUBIC flows keep their
     slow-start split (measured up to 77/23) for the whole run.  The senders are
     separate processes; on a loaded host one can start a second late (CI once saw
     0.65 + 0.65 Gbit/s: they barely overlapped), so a trial in which they overlapped
-    for less than 2.5 of their 3 s is re-run.
+    for less than 2.5 of their 3 s is re-run.  300 Mbit/s, not 1 Gbit/s: at 1 Gbit/s
+    the CPU-bound senders of a busy host sometimes never filled the queue (no drop).
     """
     for _ in range(3):
-        with fabric.dumbbell(3, RATE_MBIT, 100) as f:
+        with fabric.dumbbell(3, SHARED_RATE_MBIT, 100) as f:
             reps = traffic.run_jobs([_flow(f, "h1", "h3", 5001, duration_s=3),
                                      _flow(f, "h2", "h3", 5002, duration_s=3)])
             drops = f.queue(f.egress("bottleneck", "swL")).drops
@@ -278,13 +282,12 @@ def test_two_senders_share_the_bottleneck(quiet_host) -> None:
         pytest.fail(f"the two senders never overlapped 2.5 s in 3 trials: {reps}")
     rates = [r["goodput_bps"] for r in reps]
     total = sum(rates)
-    # >= 0.7: Python senders at 1 Gbit/s share 2 busy cores with the emulated network.
-    assert total / (RATE_MBIT * 1e6) >= 0.7, rates
+    assert total / (SHARED_RATE_MBIT * 1e6) >= 0.7, rates
     # Together they never beat the shaper over the time either was sending.
     union_s = max(r["t0_monotonic"] + r["duration_s"] for r in reps) - min(
         r["t0_monotonic"] for r in reps)
     acked = sum(r["bytes_acked_total"] for r in reps)
-    assert acked * 8 / union_s / (RATE_MBIT * 1e6) <= 0.99, (rates, union_s)
+    assert acked * 8 / union_s / (SHARED_RATE_MBIT * 1e6) <= 0.99, (rates, union_s)
     for r in rates:
         assert 0.25 <= r / total <= 0.75, rates
     assert drops > 0  # they really contended for the shared queue
