@@ -35,7 +35,7 @@ from pathlib import Path
 
 from mltcp import __version__
 from mltcp.host import datapath, jobs, rules
-from mltcp.lab.emulation import fabric, netns, traffic
+from mltcp.lab.emulation import fabric, traffic
 
 PORT_PLAIN, PORT_JOB_F1, PORT_JOB_LIVE = 7100, 7101, 7102
 VARIANTS = {
@@ -80,23 +80,24 @@ def iperf3_round(net: fabric.Fabric, cc: str, port: int, duration_s: float) -> t
                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 10
-        while True:   # the server listens a moment after it starts
-            try:
-                out = net.check_output("h1", ["iperf3", "-c", net.host_addr("h2"), "-p",
-                                              str(port), "-C", cc, "-t", f"{duration_s:g}",
-                                              "-A", "0", "-J"], timeout_s=duration_s + 30)
-                break
-            except netns.NetnsError:   # connection refused: not listening yet
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise
-                time.sleep(0.2)
+        while not net.check_output("h2", ["ss", "-Hltn", f"sport = :{port}"]).strip():
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise RuntimeError(f"iperf3 server on port {port} did not start: "
+                                   f"{server.stderr.read() if server.stderr else ''}")
+            time.sleep(0.05)
+        out = net.check_output("h1", ["iperf3", "-c", net.host_addr("h2"), "-p", str(port),
+                                      "-C", cc, "-t", f"{duration_s:g}", "-A", "0", "-J"],
+                               timeout_s=duration_s + 30)
     finally:
         try:
             server.wait(timeout=10)
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
-    end = json.loads(out)["end"]
+    result = json.loads(out)
+    if "error" in result:
+        raise RuntimeError(f"iperf3 -C {cc}: {result['error']}")
+    end = result["end"]
     if end.get("sender_tcp_congestion") not in (None, cc):
         raise RuntimeError(f"iperf3 ran {end['sender_tcp_congestion']}, not {cc}")
     return end["sum_received"]["bits_per_second"], int(end["sum_received"]["bytes"])
