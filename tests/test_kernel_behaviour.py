@@ -244,12 +244,14 @@ def test_job_further_into_its_iteration_gets_the_larger_share(lab, job, cc):
 
 def test_iteration_accounting_is_exact_and_budget_is_learned(lab, job):
     per_iter, iters = 20_000_000, 6
-    pattern = dict(iterations=iters, bytes_per_worker=per_iter, compute_ms=400, connections=2)
-    # gap 300 ms: well below the 400 ms compute, above a retransmission timeout (200 ms
-    # minimum) and the few-ms stalls of a Python sink on a busy 2-core host.  A shorter
-    # gap (20 ms) once split an iteration 33 KB before its end: its tail was lost and
-    # came after a timeout, a silence like compute.
-    rec = job("exact", "cubic", budget=per_iter, gap_ms=300)
+    pattern = dict(iterations=iters, bytes_per_worker=per_iter, compute_ms=900, connections=2)
+    # gap 600 ms: well below the 900 ms compute, above a retransmission timeout backed off
+    # once (2 x 200 ms minimum) and the few-ms stalls of a Python sink on a busy 2-core
+    # host.  A silence longer than the gap inside an iteration is a boundary by the rule:
+    # a 20 ms gap once split an iteration 33 KB before its end (its tail lost, resent
+    # after a timeout), a 300 ms gap one 69.5 KB after its start (the restart's burst
+    # after the compute pause lost, a timeout of more than 300 ms).
+    rec = job("exact", "cubic", budget=per_iter, gap_ms=600)
     traffic.run_jobs([flow(lab, "cubic", **pattern)])
     st = job_state(rec.id)
     assert st.iteration == iters          # every iteration wrapped exactly once
@@ -258,7 +260,7 @@ def test_iteration_accounting_is_exact_and_budget_is_learned(lab, job):
     assert per_iter * iters <= st.total_bytes <= per_iter * iters + 2  # + FIN per connection
     jobs.detach("exact")
 
-    rec = job("learner", "cubic", learn=True, gap_ms=300)
+    rec = job("learner", "cubic", learn=True, gap_ms=600)
     assert jobs.refresh() == {}
     traffic.run_jobs([flow(lab, "cubic", **pattern)])
     st = job_state(rec.id)
