@@ -9,7 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEBS=(clang llvm libbpf-dev bpftool iproute2 util-linux procps ethtool iperf3)
+# openssh-server/-client: the hosts backend's tests run a real sshd per namespace host.
+DEBS=(clang llvm libbpf-dev bpftool iproute2 util-linux procps ethtool iperf3
+      openssh-server openssh-client)
 missing=()
 for pkg in "${DEBS[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -20,6 +22,13 @@ if ((${#missing[@]})); then
     exit 1
   fi
   echo "setup: installing ${missing[*]}" >&2
+  # The packages' maintainer scripts must not start daemons here (openssh-server would
+  # start an sshd on the machine's own port 22): the tests start their own servers.
+  policy=/usr/sbin/policy-rc.d
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy"
+    trap 'rm -f "$policy"' EXIT
+  fi
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
