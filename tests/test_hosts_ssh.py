@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from mltcp.lab.emulation import fabric, sshd
-from mltcp.lab.hosts import inventory, ssh
+from mltcp.lab.hosts import inventory, remote, ssh
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
@@ -26,7 +28,8 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     with (fabric.dumbbell(2, 1000, 100) as net,
-          sshd.SshdLab(net, tmp_path_factory.mktemp("sshd"), ("h1", "h2")) as servers):
+          sshd.SshdLab(net, tmp_path_factory.mktemp("sshd"), ("h1", "h2"),
+                       python=sys.executable) as servers):
         inv_path = servers.workdir / "inventory.toml"
         inv_path.write_text(servers.inventory_toml())
         yield net, servers, inventory.load_inventory(inv_path)
@@ -101,3 +104,20 @@ def test_a_host_that_goes_dark_is_a_one_line_error(lab, tmp_path) -> None:
             assert time.monotonic() - t0 < ssh.ALIVE_INTERVAL_S * (ssh.ALIVE_COUNT + 2) + 5
         finally:
             net.check_output("h2", ["ip", "link", "set", dev, "up"])
+
+
+def test_hosts_describe_themselves_and_run_their_own_doctor(lab, tmp_path) -> None:
+    """Facts and doctor come back as JSON from each host's own Python and mltcp; the
+    namespace hosts share this kernel, which the boot id tells."""
+    _net, _servers, inv = lab
+    facts = []
+    for host in inv.hosts:
+        with ssh.Session(host, tmp_path / "ctl") as session:
+            rh = remote.RemoteHost(host, session)
+            facts.append(rh.facts())
+            doctor = rh.doctor()
+            assert {c["name"] for c in doctor["checks"]} >= {"privileges", "kernel", "btf"}
+    boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert [f.boot_id for f in facts] == [boot_id, boot_id]
+    assert remote.kernels(facts) == {boot_id: ["h1", "h2"]}
+    assert all(f.mltcp and f.kernel == os.uname().release for f in facts)
