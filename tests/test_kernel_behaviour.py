@@ -242,30 +242,40 @@ def test_job_further_into_its_iteration_gets_the_larger_share(lab, job, cc):
     assert statistics.median(mltcp) > statistics.median(fair) + 0.05, (mltcp, fair)
 
 
+def _run_without_timeouts(lab, job, name: str, pattern: dict,
+                          **spec) -> tuple[str, maps.JobState]:
+    """Attach job ``name``, run ``pattern`` through it, return the job's name and datapath
+    state: re-run
+    (up to three times) a run in which a retransmission timeout struck, since a timeout
+    longer than the gap is a silence like compute and a boundary by the rule."""
+    for attempt in range(3):
+        rec = job(f"{name}{attempt}", "cubic", gap_ms=600, **spec)
+        [rep] = traffic.run_jobs([flow(lab, "cubic", **pattern)])
+        if not any(it["rtos"] for it in rep["iterations"]):
+            return rec.spec.name, job_state(rec.id)
+        jobs.detach(f"{name}{attempt}")
+    pytest.fail("three runs in a row had a retransmission timeout")
+
+
 def test_iteration_accounting_is_exact_and_budget_is_learned(lab, job):
     per_iter, iters = 20_000_000, 6
     pattern = dict(iterations=iters, bytes_per_worker=per_iter, compute_ms=900, connections=2)
-    # gap 600 ms: well below the 900 ms compute, above a retransmission timeout backed off
-    # once (2 x 200 ms minimum) and the few-ms stalls of a Python sink on a busy 2-core
-    # host.  A silence longer than the gap inside an iteration is a boundary by the rule:
-    # a 20 ms gap once split an iteration 33 KB before its end (its tail lost, resent
-    # after a timeout), a 300 ms gap one 69.5 KB after its start (the restart's burst
-    # after the compute pause lost, a timeout of more than 300 ms).
-    rec = job("exact", "cubic", budget=per_iter, gap_ms=600)
-    traffic.run_jobs([flow(lab, "cubic", **pattern)])
-    st = job_state(rec.id)
+    # gap 600 ms: well below the 900 ms compute, above a retransmission timeout (200 ms
+    # minimum) and the few-ms stalls of a Python sink on a busy 2-core host.  A silence
+    # longer than the gap inside an iteration is a boundary by the rule: a 20 ms gap once
+    # split an iteration 33 KB before its end (its tail lost, resent after a timeout), a
+    # 300 ms gap one 69.5 KB after its start; runs with a timeout are run again.
+    name, st = _run_without_timeouts(lab, job, "exact", pattern, budget=per_iter)
     assert st.iteration == iters          # every iteration wrapped exactly once
     assert st.history() == [per_iter] * (iters - 1)   # gap boundaries saw the exact bytes
     assert st.wraps == iters and st.gaps == iters - 1
     assert per_iter * iters <= st.total_bytes <= per_iter * iters + 2  # + FIN per connection
-    jobs.detach("exact")
+    jobs.detach(name)
 
-    rec = job("learner", "cubic", learn=True, gap_ms=600)
     assert jobs.refresh() == {}
-    traffic.run_jobs([flow(lab, "cubic", **pattern)])
-    st = job_state(rec.id)
+    name, st = _run_without_timeouts(lab, job, "learner", pattern, learn=True)
     assert st.iteration == iters - 1      # budget unknown: only gap boundaries count
-    assert jobs.refresh() == {"learner": per_iter}
+    assert jobs.refresh() == {name: per_iter}
     [status] = telemetry.collect()
     assert status.budget == per_iter and status.learned_budget == per_iter
 
