@@ -61,8 +61,11 @@ _LEAF_SPINE_KEYS = ("leaves", "spines", "hosts_per_leaf", "oversubscription")
 _TOPOLOGY_KEYS = _COMMON_TOPOLOGY_KEYS + _DUMBBELL_KEYS + _LEAF_SPINE_KEYS
 _JOB_KEYS = (
     "name", "compute_ms", "bytes_per_iteration", "workers", "placement", "connections",
-    "start_offset_ms", "iterations", "collective", "phases", "compute_jitter_ms",
+    "start_offset_ms", "iterations", "collective", "phases", "compute_jitter_ms", "workload",
 )
+_WORKLOAD_KEYS = ("model", "batch", "backend", "gpu_time_ms", "signal")
+_MODEL_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+WORKLOAD_BACKENDS = ("gloo", "nccl")
 _PHASE_KEYS = ("compute_ms", "share")
 MAX_PHASES = 16
 _F_KEYS = ("slope", "intercept", "cap", "dcqcn_mode")
@@ -275,6 +278,26 @@ class JobPhase:
 
 
 @dataclass(frozen=True)
+class Workload:
+    """The real training a job runs where the backend runs real training (``hosts``):
+    the bundled DDP workload's model and batch, the collective library (``gloo`` on CPU
+    hosts, ``nccl`` on GPU hosts, over sockets so that TCP carries it), a compute pad
+    per iteration for CPU hosts standing in for GPUs (``gpu_time_ms``), and whether the
+    training-loop hook signals each iteration's end to the datapath (``signal``).
+    The other backends run the job's ``compute_ms``/``bytes_per_iteration`` as always."""
+
+    model: str
+    batch: int = 8
+    backend: str = "gloo"
+    gpu_time_ms: float = 0.0
+    signal: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "batch": self.batch, "backend": self.backend,
+                "gpu_time_ms": self.gpu_time_ms, "signal": self.signal}
+
+
+@dataclass(frozen=True)
 class ScenarioJob:
     """One synthetic training job: compute, then exchange its gradient, ``iterations`` times.
 
@@ -298,6 +321,7 @@ class ScenarioJob:
     # real training steps vary (data loading, stragglers), and that noise is what a
     # schedule must withstand.  See compute_jitter_ms().
     compute_jitter_ms: float = 0.0
+    workload: Workload | None = None
 
     def phase_list(self) -> tuple[JobPhase, ...]:
         """The iteration's steps: ``phases``, or one step of compute_ms and all bytes."""
@@ -336,6 +360,8 @@ class ScenarioJob:
                              for p in self.phases]
         if self.compute_jitter_ms:
             out["compute_jitter_ms"] = self.compute_jitter_ms
+        if self.workload is not None:
+            out["workload"] = self.workload.to_dict()
         return out
 
 
@@ -667,8 +693,24 @@ def _parse_job(raw: object, index: int, topology: Topology) -> ScenarioJob:
     hosts = None
     if "placement" in t.data:
         hosts = _parse_placement(t.data["placement"], t.at("placement"), workers, topology)
+    workload = None
+    if "workload" in t.data:
+        workload = _parse_workload(t.data["workload"], t.at("workload"))
     return ScenarioJob(name, compute, size, workers, iterations, hosts, connections, offset,
-                       collective, phases, jitter)
+                       collective, phases, jitter, workload)
+
+
+def _parse_workload(raw: object, field: str) -> Workload:
+    example = 'workload = {model = "resnet18", batch = 8}'
+    t = _Table(raw, field, _WORKLOAD_KEYS, example)
+    model = validate.name(t.get("model", 'model = "resnet18"'), t.at("model"), _MODEL_NAME,
+                          "a model name of the bundled DDP workload", '"resnet18"')
+    batch = validate.integer(t.get("batch", "", 8), t.at("batch"), 1, 65536, "batch = 8")
+    backend = validate.choice(t.get("backend", "", "gloo"), t.at("backend"), WORKLOAD_BACKENDS)
+    pad = validate.number(t.get("gpu_time_ms", "", 0.0), t.at("gpu_time_ms"), 0, MAX_COMPUTE_MS,
+                          "gpu_time_ms = 100")
+    signal = validate.flag(t.get("signal", "", False), t.at("signal"), "signal = true")
+    return Workload(model, batch, backend, pad, signal)
 
 
 def _parse_phases(raw: object, field: str) -> tuple[JobPhase, ...]:
