@@ -8,6 +8,9 @@ inside functions, absolute and relative) and checks it against the import rules:
 * ``mltcp.host`` never imports ``mltcp.lab`` or ``mltcp.cli``, and never numpy,
   matplotlib or the lab's other packages, anywhere: a training host runs it;
 * ``mltcp.lab`` never imports ``mltcp.cli``;
+* ``mltcp.hook`` (what training scripts import) imports only the standard library at
+  module level and no other layer; ``mltcp.workloads`` (training under torchrun) only
+  the hook, core and torch: neither the host datapath, the lab nor the CLI;
 * the host commands' CLI modules (``mltcp.cli.host``, ``mltcp.cli.dcqcn``) import no
   lab module and none of those packages either.
 
@@ -38,8 +41,10 @@ ALLOWED = {
     "root": set(),
     "core": {"core", "root"},
     "host": {"core", "host", "root"},
-    "lab": {"core", "host", "lab", "root"},
-    "cli": {"core", "host", "lab", "cli", "root"},
+    "lab": {"core", "host", "lab", "hook", "root"},
+    "cli": {"core", "host", "lab", "cli", "hook", "root"},
+    "hook": {"hook", "root"},
+    "workloads": {"core", "hook", "workloads", "root"},
 }
 HEAVY = {"numpy", "matplotlib", "pandas", "pyarrow", "dask", "distributed", "scipy", "ns",
          "cppyy", "torch"}
@@ -120,8 +125,9 @@ def violations(root: Path) -> list[str]:
             where = f"{imp.module}:{imp.line} imports {imp.target}"
             if theirs is not None and theirs not in ALLOWED[mine]:
                 found.append(f"{where} ({mine} must not import {theirs})")
-            if mine == "core" and imp.top_level and theirs is None and top_pkg not in STDLIB:
-                found.append(f"{where} (core imports only the standard library at load)")
+            if mine in ("core", "hook") and imp.top_level and theirs is None \
+                    and top_pkg not in STDLIB:
+                found.append(f"{where} ({mine} imports only the standard library at load)")
             if mine == "host" and top_pkg in HEAVY:
                 found.append(f"{where} (the host never needs {top_pkg})")
             if imp.module in HOST_CLI and (theirs == "lab" or top_pkg in HEAVY):
@@ -161,6 +167,9 @@ def tree_copy(tmp_path: Path) -> Path:
     ("core/iteration.py", "from mltcp.host import maps\n", "core must not import host"),
     ("core/budget.py", "import numpy as np\n", "core imports only the standard library"),
     ("lab/plan.py", "from mltcp.cli import main\n", "lab must not import cli"),
+    ("hook.py", "import torch\n", "hook imports only the standard library"),
+    ("hook.py", "from mltcp.core import validate\n", "hook must not import core"),
+    ("workloads/ddp.py", "from mltcp.host import jobs\n", "workloads must not import host"),
     ("cli/host.py", "def g():\n    from mltcp.lab import runner\n",
      "a host command must not load the lab"),
 ])

@@ -17,6 +17,7 @@ from typing import Any
 
 from mltcp.cli import args as args_
 from mltcp.cli.output import add_json_flag, emit
+from mltcp.core.errors import SpecError
 from mltcp.lab import backends
 
 
@@ -40,6 +41,7 @@ def register(sub: Any) -> None:
     rn.add_argument("--parallel", type=args_.integer(1, 64, "2"), default=1, metavar="N",
                     help="runs at once where the backend can (1..64; ns3: one process "
                          "each; default 1)")
+    _hosts_options(rn)
     rn.set_defaults(handler=cmd_run, teardown_signals=True)
 
     cp = sub.add_parser("compare", help="every scheme of a scenario plus the dedicated "
@@ -52,6 +54,7 @@ def register(sub: Any) -> None:
                          "scenario's)")
     cp.add_argument("--parallel", type=args_.integer(1, 64, "2"), default=1, metavar="N",
                     help="runs at once where the backend can (1..64; ns3; default 1)")
+    _hosts_options(cp)
     cp.set_defaults(handler=cmd_compare, teardown_signals=True)
 
     sw = sub.add_parser("sweep", help="a parameter grid on a backend (fluid by default), run "
@@ -120,7 +123,6 @@ def register(sub: Any) -> None:
 def _out_dir(path: str) -> str:
     """Make the output directory before any run: a path that cannot be one (a file, a
     read-only place) is bad input named by its flag, not a failure after minutes of runs."""
-    from mltcp.core.errors import SpecError
 
     try:
         Path(path).mkdir(parents=True, exist_ok=True)
@@ -132,12 +134,34 @@ def _out_dir(path: str) -> str:
     return path
 
 
+def _hosts_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--inventory", metavar="FILE",
+                   help="the hosts backend's inventory TOML (docs/testbed.md; no default)")
+    p.add_argument("--keep-logs", metavar="DIR",
+                   help="hosts backend: keep each run's worker output and hook records "
+                        "under DIR (default: none kept)")
+
+
+def _backend_options(args: argparse.Namespace) -> dict:
+    """Options for the chosen backend; the hosts backend's flags refused elsewhere."""
+    hosts = {"inventory": args.inventory, "keep_logs": args.keep_logs}
+    if args.backend == "hosts":
+        return hosts
+    for flag, value in (("--inventory", args.inventory), ("--keep-logs", args.keep_logs)):
+        if value is not None:
+            raise SpecError(flag, f"only the hosts backend takes it (--backend {args.backend})",
+                            "drop it, or run with --backend hosts")
+    return {}
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from mltcp.lab.runner import run_scenario
 
+    options = _backend_options(args)
     _out_dir(args.out)
     run_scenario(args.scenario, out_dir=args.out, schemes=args.scheme, seeds=args.seed,
-                 dedicated=args.dedicated, backend=args.backend, parallel=args.parallel)
+                 dedicated=args.dedicated, backend=args.backend, parallel=args.parallel,
+                 backend_options=options)
     return 0
 
 
@@ -145,14 +169,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from mltcp.lab.report import table
     from mltcp.lab.runner import run_scenario
 
+    options = _backend_options(args)
     _out_dir(args.out)
     print(table(run_scenario(args.scenario, out_dir=args.out, seeds=args.seed,
-                             dedicated=True, backend=args.backend, parallel=args.parallel)))
+                             dedicated=True, backend=args.backend, parallel=args.parallel,
+                             backend_options=options)))
     return 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from mltcp.core.errors import SpecError
     from mltcp.lab import sweep
 
     options: dict = {}

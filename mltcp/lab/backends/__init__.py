@@ -37,6 +37,9 @@ REGISTRY: tuple[Entry, ...] = (
           "packet-level ns-3 with the MLTCP TCP classes (pip install 'mltcp[ns3]')"),
     Entry("dcqcn", "mltcp.lab.backends.dcqcn",
           "RoCE: every scheme on the DCQCN model, MLTCP through the tuner's knob policy"),
+    Entry("hosts", "mltcp.lab.backends.hosts",
+          "real PyTorch DDP training on the hosts of an inventory, over SSH "
+          "(--inventory FILE; pip install 'mltcp[torch]' on the hosts)"),
 )
 
 

@@ -19,26 +19,30 @@ from mltcp.lab.hosts.ssh import HostError, Session
 
 # Run by the host's Python: facts for provenance and for deciding what can run there.
 _FACTS = r"""
-import json, platform, socket
+import json, platform, shutil, socket, subprocess
+from importlib import metadata
 out = {"hostname": socket.gethostname(), "kernel": platform.release(),
        "python": platform.python_version()}
 out["boot_id"] = open("/proc/sys/kernel/random/boot_id").read().strip()
-try:
-    import mltcp
-    out["mltcp"] = mltcp.__version__
-except Exception as exc:
-    out["mltcp"] = None
-    out["mltcp_error"] = f"{type(exc).__name__}: {exc}"
-try:
-    import torch
-    out["torch"] = torch.__version__
-    out["cuda"] = torch.version.cuda
-    out["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    nccl = torch.cuda.nccl.version() if torch.cuda.is_available() else None
-    out["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else nccl
-except Exception as exc:
-    out["torch"] = None
-    out["torch_error"] = f"{type(exc).__name__}: {exc}"
+def version(*names):
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return None
+# Versions from the installed distributions: importing torch here would cost seconds.
+out["mltcp"] = version("mltcp")
+out["torch"] = version("torch")
+out["nccl"] = version("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")
+out["cuda"] = version("nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12",
+                      "nvidia-cuda-runtime", "nvidia-cuda-runtime-cu11")
+gpus = []
+if shutil.which("nvidia-smi"):
+    q = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                       capture_output=True, text=True, timeout=30)
+    gpus = [ln.strip() for ln in q.stdout.splitlines() if ln.strip()] if q.returncode == 0 else []
+out["gpus"] = gpus
 print(json.dumps(out))
 """
 
@@ -84,7 +88,9 @@ class RemoteHost:
     def facts(self) -> HostFacts:
         data = self._json([self.spec.python, "-c", _FACTS], timeout_s=60)
         assert isinstance(data, dict)
-        problem = data.get("mltcp_error") or data.get("torch_error")
+        problem = ("mltcp is not installed for " + self.spec.python if data["mltcp"] is None
+                   else "torch is not installed (pip install 'mltcp[torch]')"
+                   if data["torch"] is None else None)
         return HostFacts(name=self.spec.name, hostname=data["hostname"], kernel=data["kernel"],
                          boot_id=data["boot_id"], python=data["python"], mltcp=data["mltcp"],
                          torch=data.get("torch"), cuda=data.get("cuda"), nccl=data.get("nccl"),

@@ -1,0 +1,290 @@
+"""One plan's training jobs on real hosts: cgroups, datapath jobs, torchrun workers.
+
+For every job of a plan this puts each host's workers in a cgroup of their own
+(``mltcp-<run>/<job>`` under the host's cgroup2 mount), attaches that cgroup as an
+MLTCP job on each kernel (zero-touch: the training script only carries the optional
+hook), starts ``torchrun`` with the bundled DDP workload (:mod:`mltcp.workloads.ddp`)
+on each host over SSH, and brings the hook's per-iteration records back.  Everything
+it creates is undone by :meth:`HostRun.close`, also after a failed worker, a dead host,
+Ctrl-C or SIGTERM: the cgroup's ``cgroup.kill`` ends every worker process there,
+whatever became of the SSH channel that started it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mltcp import hook
+from mltcp.lab.hosts.inventory import HostSpec, Inventory
+from mltcp.lab.hosts.remote import HostFacts, RemoteHost, kernels
+from mltcp.lab.hosts.ssh import HostError, Session
+from mltcp.lab.plan import JobPlan, RunPlan
+
+BASE_PORT = 29500                 # rendezvous port of job i: BASE_PORT + i
+WORKLOAD_MODULE = "mltcp.workloads.ddp"
+START_SLACK_S = 15.0              # torchrun, rendezvous and model build before the start
+# Kill every process of a cgroup ($1) and remove it (it empties a moment after the
+# kill), then its run's parent ($2) once that is empty too.
+_KILL_AND_REMOVE = ('echo 1 > "$1/cgroup.kill"; for i in 1 2 3 4 5 6 7 8 9 10; do '
+                    'rmdir "$1" 2>/dev/null && break; sleep 0.2; done; '
+                    'rmdir "$2" 2>/dev/null; true')
+
+
+@dataclass
+class JobOnHosts:
+    """One job of the plan as it runs: its hosts in rank order and what was created."""
+
+    plan: JobPlan
+    hosts: tuple[HostSpec, ...]
+    datapath_name: str
+    cgroup: str                      # relative to each host's cgroup2 mount
+    remote_dir: str                  # the hook's records, on every host
+    procs: list[tuple[HostSpec, subprocess.Popen]] = field(default_factory=list)
+
+
+class HostRun:
+    """One plan on the inventory's hosts (``open()``, ``run()``, ``close()``)."""
+
+    def __init__(self, plan: RunPlan, inventory: Inventory, workdir: Path,
+                 progress: Callable[[str], None] | None = None,
+                 start_slack_s: float = START_SLACK_S) -> None:
+        self.plan = plan
+        self.start_slack_s = start_slack_s
+        self.inventory = inventory
+        self.workdir = workdir
+        self.say = progress or (lambda _msg: None)
+        self.run_id = uuid.uuid4().hex[:8]
+        self.sessions: dict[str, Session] = {}
+        self.remotes: dict[str, RemoteHost] = {}
+        self.facts: dict[str, HostFacts] = {}
+        self.cgroup_roots: dict[str, str] = {}
+        self.jobs: list[JobOnHosts] = []
+        self._loaded: dict[str, list[str]] = {}      # kernel representative -> modules
+        self._attached: list[tuple[str, str]] = []    # (representative host, job name)
+        self._cgroups: list[tuple[str, str]] = []     # (representative host, cgroup)
+        self._sysctls: list[tuple[str, str]] = []     # (host, previous default cc)
+        self._gradient_bytes: dict[object, int] = {}  # per workload
+
+    # ------------------------------------------------------------------ mapping
+
+    def host_of(self, name: str) -> HostSpec:
+        """The inventory host playing the scenario's host ``name`` (h<i> is the i-th)."""
+        index = self.plan.topology.host_names().index(name)
+        if index >= len(self.inventory.hosts):
+            raise HostError(f"the scenario places a worker on {name}, but "
+                            f"{self.inventory.source} lists only {len(self.inventory.hosts)} "
+                            "hosts: add hosts or place the jobs on fewer")
+        return self.inventory.hosts[index]
+
+    # ------------------------------------------------------------------ set-up
+
+    def open(self) -> None:
+        names = []
+        for job in self.plan.active_jobs:
+            names += [self.host_of(h).name for h in job.hosts]
+        names = list(dict.fromkeys(names))
+        for name in names:      # sessions first: close() ends whichever were opened
+            self.sessions[name] = Session(self.inventory.host(name), self.workdir / "ssh")
+        # Connecting and asking (the facts import torch: seconds) go to all hosts at once.
+        with ThreadPoolExecutor(max_workers=min(16, len(names))) as pool:
+            for name, facts, root in pool.map(self._meet, names):
+                self.facts[name], self.cgroup_roots[name] = facts, root
+                self.say(f"{name}: {facts.kernel}, torch {facts.torch}")
+
+    def _meet(self, name: str) -> tuple[str, HostFacts, str]:
+        session = self.sessions[name].open()
+        self.remotes[name] = RemoteHost(self.inventory.host(name), session)
+        return name, self.remotes[name].facts(), self._cgroup_root(name)
+
+    def _cgroup_root(self, host: str) -> str:
+        out = self.sessions[host].run([self.inventory.host(host).python, "-c",
+                                       "from mltcp.host import datapath; "
+                                       "print(datapath.cgroup2_root())"]).stdout.strip()
+        if not out.startswith("/"):
+            raise HostError(f"host {host}: no cgroup v2 mount ({out or 'nothing printed'})")
+        return out
+
+    def kernel_of(self, host: str) -> str:
+        """The representative host of ``host``'s kernel."""
+        for names in kernels(list(self.facts.values())).values():
+            if host in names:
+                return names[0]
+        raise KeyError(host)
+
+    def prepare(self) -> None:
+        """Modules, cgroups, datapath jobs, default congestion control: everything the
+        workers need before they start, recorded for :meth:`close`."""
+        scheme = self.plan.scheme
+        kernel_hosts = sorted({self.kernel_of(h) for h in self.sessions})
+        if scheme.mltcp:
+            for rep in kernel_hosts:
+                out = self.remotes[rep].mltcp("load", scheme.cc)
+                loaded = out.get("loaded", []) if isinstance(out, dict) else []
+                self._loaded[rep] = list(loaded)
+        else:
+            # The standard scheme: the kernel's own algorithm as each host's default (in a
+            # namespace host, its namespace's), put back afterwards.
+            for host, session in self.sessions.items():
+                key = "net.ipv4.tcp_congestion_control"
+                before = session.run(["sysctl", "-n", key]).stdout.strip()
+                session.run(["sysctl", "-qw", f"{key}={scheme.cc}"])
+                self._sysctls.append((host, before))
+        for job in self.plan.active_jobs:
+            hosts = tuple(self.host_of(h) for h in job.hosts)
+            name = f"{job.name}-{self.run_id}"[:32]
+            on = JobOnHosts(job, hosts, name, f"mltcp-{self.run_id}/{job.name}",
+                            f"/tmp/mltcp-hosts-{self.run_id}/{job.name}")
+            self.jobs.append(on)
+            for rep in sorted({self.kernel_of(h.name) for h in hosts}):
+                root = self.cgroup_roots[rep]
+                self.sessions[rep].run(["mkdir", "-p", f"{root}/{on.cgroup}"])
+                self._cgroups.append((rep, f"{root}/{on.cgroup}"))
+                if scheme.mltcp:
+                    self.remotes[rep].mltcp(*self._attach_args(on))
+                    self._attached.append((rep, name))
+
+    def _attach_args(self, on: JobOnHosts) -> list[str]:
+        scheme, job = self.plan.scheme, on.plan
+        args = ["job", "attach", on.datapath_name, "--cc", scheme.cc,
+                "--gradient-bytes", str(self.gradient_bytes(on)),
+                "--workers", str(job.spec.workers), "--collective", job.spec.collective.value,
+                "--slope", repr(scheme.slope), "--intercept", repr(scheme.intercept),
+                "--gap-ms", repr(job.idle_gap_ms), "--cgroup", on.cgroup]
+        if scheme.cap is not None:
+            args += ["--cap", repr(scheme.cap)]
+        return args
+
+    def gradient_bytes(self, on: JobOnHosts) -> int:
+        """The workload's gradient bytes per iteration, as the first host's copy of the
+        workload computes them (no training, no torch.distributed)."""
+        workload = on.plan.spec.workload
+        assert workload is not None
+        if workload not in self._gradient_bytes:
+            host = on.hosts[0]
+            out = self.sessions[host.name].run(
+                [host.python, "-m", WORKLOAD_MODULE, "--describe", "--model", workload.model,
+                 "--batch", str(workload.batch)], timeout_s=300).stdout
+            self._gradient_bytes[workload] = int(
+                json.loads(out.strip().splitlines()[-1])["gradient_bytes"])
+        return self._gradient_bytes[workload]
+
+    # ------------------------------------------------------------------ the workers
+
+    def start(self) -> float:
+        """Start every job's workers; returns the wall-clock time the jobs begin at."""
+        start_at = time.time() + self.start_slack_s
+        for on in self.jobs:
+            for rank, host in enumerate(on.hosts):
+                argv = self.worker_argv(on, rank, host, start_at)
+                log = (self.workdir / f"{on.plan.name}-{rank}-{host.name}.log").open("w")
+                proc = self.sessions[host.name].popen(argv, stdin=subprocess.DEVNULL,
+                                                      stdout=log, stderr=subprocess.STDOUT)
+                log.close()
+                on.procs.append((host, proc))
+        return start_at
+
+    def worker_argv(self, on: JobOnHosts, rank: int, host: HostSpec, start_at: float) -> list[str]:
+        """One host's part of a job: join the job's cgroup, then exec torchrun."""
+        job, workload = on.plan, on.plan.spec.workload
+        assert workload is not None
+        master = on.hosts[0]
+        env = {"MLTCP_HOOK_OUT": on.remote_dir, "MLTCP_JOB": on.datapath_name,
+               "MLTCP_HOOK_SIGNAL": "1" if workload.signal and self.plan.scheme.mltcp else "0",
+               "MLTCP_START_AT": repr(start_at + job.start_ms / 1000),
+               "GLOO_SOCKET_IFNAME": host.data_iface, "NCCL_SOCKET_IFNAME": host.data_iface,
+               "NCCL_IB_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+        torchrun = [host.python, "-m", "torch.distributed.run", f"--nnodes={len(on.hosts)}",
+                    f"--node_rank={rank}", "--nproc_per_node=1",
+                    f"--master_addr={master.data_addr}", f"--master_port={BASE_PORT + job.index}",
+                    "-m", WORKLOAD_MODULE, "--model", workload.model,
+                    "--batch", str(workload.batch), "--iterations", str(job.spec.iterations),
+                    "--backend", workload.backend, "--seed", str(self.plan.seed)]
+        if workload.gpu_time_ms:
+            torchrun += ["--gpu-time-ms", repr(workload.gpu_time_ms)]
+        cgroup = f"{self.cgroup_roots[self.kernel_of(host.name)]}/{on.cgroup}"
+        script = (f"mkdir -p {shlex.quote(on.remote_dir)} && "
+                  f"echo $$ > {shlex.quote(cgroup)}/cgroup.procs && "
+                  f"exec env {' '.join(f'{k}={shlex.quote(v)}' for k, v in env.items())} "
+                  f"{shlex.join(torchrun)}")
+        return ["sh", "-c", script]
+
+    def wait(self, timeout_s: float) -> None:
+        """Until every worker ended; a failed one stops the run with its host, job and the
+        last line of its output."""
+        deadline = time.monotonic() + timeout_s
+        next_say = time.monotonic() + 5
+        while True:
+            running = 0
+            for on in self.jobs:
+                for rank, (host, proc) in enumerate(on.procs):
+                    code = proc.poll()
+                    if code is None:
+                        running += 1
+                    elif code != 0:
+                        raise HostError(f"host {host.name}: job {on.plan.name} worker {rank} "
+                                        f"exited {code}: {self._last_log_line(on, rank, host)}")
+            if not running:
+                return
+            if time.monotonic() > deadline:
+                raise HostError(f"the jobs did not finish within {timeout_s:g} s")
+            if time.monotonic() >= next_say:
+                next_say += 5
+                self.say(f"{self.plan.stem}: {running} workers running")
+            time.sleep(0.2)
+
+    def _last_log_line(self, on: JobOnHosts, rank: int, host: HostSpec) -> str:
+        path = self.workdir / f"{on.plan.name}-{rank}-{host.name}.log"
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+        return lines[-1].strip() if lines else "no output"
+
+    def collect(self) -> dict[str, list[hook.IterationHookRecord]]:
+        """Each job's hook records of rank 0 (DDP steps in lock-step: rank 0 stands for
+        the job), copied back from the host that ran it."""
+        out = {}
+        for on in self.jobs:
+            host = on.hosts[0]
+            local = self.workdir / f"{on.plan.name}-rank0.jsonl"
+            self.sessions[host.name].get(f"{on.remote_dir}/hook-rank0.jsonl", local)
+            out[on.plan.name] = hook.read_records(local)
+        return out
+
+    # ------------------------------------------------------------------ teardown
+
+    def close(self) -> None:
+        """Undo everything, in reverse, whatever failed before; then end the sessions."""
+        for rep, cgroup in reversed(self._cgroups):
+            with contextlib.suppress(Exception):
+                self.sessions[rep].run(["sh", "-c", _KILL_AND_REMOVE, "sh", cgroup,
+                                        str(Path(cgroup).parent)], timeout_s=30)
+        for on in self.jobs:
+            for _host, proc in on.procs:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.wait()
+        for rep, name in reversed(self._attached):
+            with contextlib.suppress(Exception):
+                self.remotes[rep].mltcp("job", "detach", name)
+        for rep, modules in self._loaded.items():
+            if modules:
+                with contextlib.suppress(Exception):
+                    self.remotes[rep].mltcp("unload", *modules)
+        for host, before in reversed(self._sysctls):
+            with contextlib.suppress(Exception):
+                self.sessions[host].run(["sysctl", "-qw",
+                                         f"net.ipv4.tcp_congestion_control={before}"])
+        for on in self.jobs:
+            for host in dict.fromkeys(on.hosts):
+                with contextlib.suppress(Exception):
+                    self.sessions[host.name].run(["rm", "-rf", str(Path(on.remote_dir).parent)])
+        for session in self.sessions.values():
+            session.close()
+        self.sessions.clear()
