@@ -11,12 +11,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socketserver
-import tempfile
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -24,6 +20,7 @@ import pytest
 from mltcp import hook
 from mltcp.core.errors import SpecError
 from mltcp.hook.iteration import now
+from tests.hook_agent import Agent, short_tmp
 
 TORCH_REASON = "needs PyTorch: pip install 'mltcp[torch]'"
 
@@ -194,71 +191,19 @@ def test_misuse_is_one_line_naming_the_call(call, match: str) -> None:
     assert "\n" not in str(err.value)
 
 
-def test_nothing_but_the_standard_library_and_core_is_loaded_by_the_import() -> None:
-    import subprocess
-    import sys
-
-    code = ("import json, sys; from mltcp import hook; h = hook.from_env(); "
-            "print(json.dumps(sorted(sys.modules)))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, env={**os.environ, "MLTCP_HOOK_OUT": ""}).stdout
-    loaded = json.loads(out)
-    ours = {m for m in loaded if m.startswith("mltcp.")}
-    assert ours and all(m.startswith(("mltcp.hook", "mltcp.core")) for m in ours), ours
-    assert not {m.split(".")[0] for m in loaded} & {"torch", "numpy", "matplotlib"}
-
-
 # --------------------------------------------------------------------------- the agent
-
-
-@dataclass
-class Agent:
-    """The agent's side of the signal protocol, on a real Unix socket: answers each
-    ``{"op": "signal", "job": ...}`` line with the next sequence number (or refuses,
-    or never answers), noting when (CLOCK_MONOTONIC) each arrived."""
-
-    path: str
-    refuse: str | None = None
-    hang: bool = False
-    received: list[tuple[float, dict]] = field(default_factory=list)
-
-    def serve(self) -> socketserver.ThreadingUnixStreamServer:
-        agent = self
-
-        class Handler(socketserver.StreamRequestHandler):
-            def handle(self) -> None:
-                line = self.rfile.readline()
-                if not line:
-                    return
-                message = json.loads(line)
-                agent.received.append((now(), message))
-                if agent.hang:
-                    time.sleep(1)
-                    return
-                reply = ({"ok": False, "error": agent.refuse} if agent.refuse
-                         else {"ok": True, "seq": len(agent.received)})
-                self.wfile.write(json.dumps(reply).encode() + b"\n")
-
-        server = socketserver.ThreadingUnixStreamServer(self.path, Handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-        return server
 
 
 @pytest.fixture
 def sock_dir() -> Iterator[str]:
-    # AF_UNIX paths are limited to 107 bytes: pytest's tmp_path can be longer
-    with tempfile.TemporaryDirectory(prefix="mh", dir="/tmp") as d:
+    with short_tmp() as d:
         yield d
 
 
 @pytest.fixture
 def agent(sock_dir: str) -> Iterator[Agent]:
-    a = Agent(os.path.join(sock_dir, "agent.sock"))
-    server = a.serve()
-    yield a
-    server.shutdown()
-    server.server_close()
+    with Agent(os.path.join(sock_dir, "agent.sock")).serving() as a:
+        yield a
 
 
 def test_the_signal_goes_at_the_end_of_each_iterations_communication(

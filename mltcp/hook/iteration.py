@@ -261,6 +261,11 @@ class IterationHook:
 
     # ------------------------------------------------------------------ the rest
 
+    @property
+    def signalling(self) -> bool:
+        """Whether the end of each iteration is signalled to the agent."""
+        return self._signaller is not None
+
     def stats(self) -> HookStats:
         s = self._signaller
         return HookStats(iterations=self._next, signals_sent=s.sent if s else 0,
