@@ -341,8 +341,8 @@ def test_ddp_records_every_iteration_of_every_rank(agent: Agent, tmp_path: Path)
         mine = [r for r in records if r.rank == rank]
         assert all(r.bytes == result["grad_bytes"] for r in mine)
         assert all(r.world_size == 2 and _ordered(r) for r in mine)
-        # DDP's first iteration has one bucket of up to 1 MB, then it rebuilds them
-        assert mine[0].buckets >= 1 and all(r.buckets >= 2 for r in mine[1:])
+        # several buckets: DDP rebuilt them after its first (warm-up) iteration's single one
+        assert all(r.buckets >= 2 for r in mine)
         assert [r.signal_seq is not None for r in mine] == [True] * 5
     arrivals = sorted(t for t, _ in agent.received)
     assert len(arrivals) == 10
