@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -168,10 +169,14 @@ def test_the_transformer_trains_on_two_ranks_and_signals_each_iteration(
         tmp_path: Path) -> None:
     pytest.importorskip("torch", reason=TORCH_REASON)
     model = ["--model", "transformer", "--preset", "tiny", "--batch", "2"]
+    start_at = time.time() + 8              # past the launch: the ranks wait for it
     with short_tmp() as d, Agent(os.path.join(d, "agent.sock")).serving() as agent:
-        stdout = _torchrun(tmp_path, *model, env={"MLTCP_JOB": "lm", "MLTCP_HOOK_SIGNAL": "1",
-                                                  "MLTCP_AGENT_SOCKET": agent.path})
+        stdout = _torchrun(tmp_path, *model, env={
+            "MLTCP_JOB": "lm", "MLTCP_HOOK_SIGNAL": "1", "MLTCP_AGENT_SOCKET": agent.path,
+            "MLTCP_START_AT": str(start_at)})
     records = _check_records(tmp_path, model, "lm")
+    assert all(r.start_wall >= start_at for r in records)
+    assert "start: the first iteration waits" in stdout
     assert all(r.signal_seq is not None and r.signal_failures == 0 for r in records)
     assert [m for _, m in agent.received] == [{"op": "signal", "job": "lm"}] * 6
     assert "compute pad" not in stdout and "end-of-iteration signal for job lm" in stdout

@@ -81,7 +81,7 @@ def _nbytes(tensor: Any) -> int:
     return int(tensor.numel()) * int(tensor.element_size())
 
 
-def _check_rank(hook: IterationHook, group: Any) -> None:
+def _check_rank(hook: IterationHook) -> None:
     import torch.distributed as dist
 
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -104,7 +104,7 @@ def attach_ddp(hook: IterationHook, model: Any) -> None:
         raise SpecError("model", f"a {type(model).__name__} is not DistributedDataParallel",
                         "wrap it first: model = DistributedDataParallel(model); "
                         "for FSDP use attach_fsdp()")
-    _check_rank(hook, model.process_group)
+    _check_rank(hook)
     group = model.process_group
 
     # Not annotated: DDP checks a hook's annotations against its own types, and this
@@ -191,9 +191,7 @@ def _attach_fsdp2(hook: IterationHook, model: Any, fsdp_module: type) -> None:
         raise SpecError("model", f"PyTorch {torch.__version__} has no "
                         "FSDPModule.set_custom_reduce_scatter", "use a newer PyTorch, or mark "
                         "the communication with comm_begin()/comm_end()")
-    import torch.distributed as dist
-
-    _check_rank(hook, dist.group.WORLD)
+    _check_rank(hook)
     comm = TimedReduceScatter(hook)
     for module in model.modules():
         if isinstance(module, fsdp_module):
@@ -209,7 +207,7 @@ def _attach_fsdp1(hook: IterationHook, model: Any) -> None:
         raise SpecError("model", f"PyTorch {torch.__version__} lacks FSDP1's reference comm "
                         "hooks", "use fully_shard() (FSDP2), or mark the communication with "
                         "comm_begin()/comm_end()") from None
-    _check_rank(hook, model.process_group)
+    _check_rank(hook)
     state = default_hooks.DefaultState(model.process_group)
 
     def timed(state: Any, grad: Any, output: Any = None) -> None:

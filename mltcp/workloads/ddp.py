@@ -81,13 +81,18 @@ def train(run: RunSpec) -> int:
         raise SpecError(", ".join(missing), "not set: there is no rendezvous",
                         f"run it under torchrun (torchrun --nproc-per-node 2 -m "
                         f"mltcp.workloads.ddp ...) or set {', '.join(RENDEZVOUS)} (env://)")
+    # before the rendezvous: a bad hook setting stops this rank before its peers wait on it
+    h = hook.from_env(out=run.hook_out, job=run.job, signal=run.signal)
     if net.backend == "nccl":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    dist.init_process_group(net.backend, init_method="env://")
-    h = None
+    try:
+        dist.init_process_group(net.backend, init_method="env://")
+    except BaseException:
+        h.close()
+        raise
     try:
         rank, world = dist.get_rank(), dist.get_world_size()
         torch.manual_seed(run.seed)              # one initial model on every rank
@@ -95,7 +100,6 @@ def train(run: RunSpec) -> int:
         ddp = DistributedDataParallel(model, bucket_cap_mb=run.bucket_cap_mb,
                                       device_ids=[device.index] if device.type == "cuda"
                                       else None)
-        h = hook.from_env(out=run.hook_out, job=run.job, signal=run.signal)
         h.attach_ddp(ddp)
         data = models.synthetic_batches(run.model, run.seed, rank, device)
         optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
@@ -105,7 +109,12 @@ def train(run: RunSpec) -> int:
                       net.description, h)
         dist.barrier()
         if run.start_at is not None:
-            time.sleep(max(0.0, run.start_at - time.time()))
+            wait = run.start_at - time.time()
+            if rank == 0:
+                print(f"start: the first iteration waits {max(0.0, wait):.1f} s, until "
+                      f"{time.strftime('%H:%M:%S', time.localtime(run.start_at))} "
+                      "(--start-at)", flush=True)
+            time.sleep(max(0.0, wait))
         pad_s = run.gpu_time_ms / 1000
         durations: list[float] = []
         for i in range(run.iterations):
@@ -133,8 +142,7 @@ def train(run: RunSpec) -> int:
                   f"{statistics.fmean(durations) * 1000:.1f} ms, median "
                   f"{statistics.median(durations) * 1000:.1f} ms", flush=True)
     finally:
-        if h is not None:
-            h.close()
+        h.close()
         dist.destroy_process_group()
     return 0
 
