@@ -3,7 +3,8 @@
 # and a virtual environment in .venv with mltcp installed (editable), the lab (numpy,
 # matplotlib, pyroute2), its test tools (pytest, ruff, scapy) and the sweep (Dask,
 # pandas, pyarrow), ns3 (ns-3 bindings, cppyy) and torch (PyTorch with its CUDA wheels,
-# ~5 GB, torchvision) extras, so that every test runs.
+# several GB, and torchvision: the DDP workload and the hook's tests) extras, so that
+# every test runs.
 # ethtool is only for the test that compares the tuner's ioctl reads with it; iperf3 for
 # the CPU-bound datapath benchmark and the kernel-fault reproducer in docs/kernel-fault.
 # Idempotent: a second run installs nothing and takes a second.

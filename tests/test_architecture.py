@@ -8,9 +8,11 @@ inside functions, absolute and relative) and checks it against the import rules:
 * ``mltcp.host`` never imports ``mltcp.lab`` or ``mltcp.cli``, and never numpy,
   matplotlib or the lab's other packages, anywhere: a training host runs it;
 * ``mltcp.lab`` never imports ``mltcp.cli``;
-* ``mltcp.hook`` (what training scripts import) imports only the standard library at
-  module level and no other layer; ``mltcp.workloads`` (training under torchrun) only
-  the hook, core and torch: neither the host datapath, the lab nor the CLI;
+* ``mltcp.hook`` (what a training script imports) imports only ``mltcp.core`` and the
+  standard library at module level (torch inside the functions that attach a model),
+  and ``mltcp.workloads`` (training under torchrun) only the hook, core and torch:
+  neither imports the host datapath, the lab or the CLI, which a training process never
+  needs;
 * the host commands' CLI modules (``mltcp.cli.host``, ``mltcp.cli.dcqcn``) import no
   lab module and none of those packages either.
 
@@ -43,7 +45,7 @@ ALLOWED = {
     "host": {"core", "host", "root"},
     "lab": {"core", "host", "lab", "hook", "root"},
     "cli": {"core", "host", "lab", "cli", "hook", "root"},
-    "hook": {"hook", "root"},
+    "hook": {"core", "hook", "root"},
     "workloads": {"core", "hook", "workloads", "root"},
 }
 HEAVY = {"numpy", "matplotlib", "pandas", "pyarrow", "dask", "distributed", "scipy", "ns",
@@ -167,9 +169,11 @@ def tree_copy(tmp_path: Path) -> Path:
     ("core/iteration.py", "from mltcp.host import maps\n", "core must not import host"),
     ("core/budget.py", "import numpy as np\n", "core imports only the standard library"),
     ("lab/plan.py", "from mltcp.cli import main\n", "lab must not import cli"),
-    ("hook.py", "import torch\n", "hook imports only the standard library"),
-    ("hook.py", "from mltcp.core import validate\n", "hook must not import core"),
+    ("hook/iteration.py", "import torch\n", "hook imports only the standard library at load"),
+    ("hook/records.py", "from mltcp.host import jobs\n", "hook must not import host"),
+    ("hook/env.py", "def f():\n    from mltcp.lab import trace\n", "hook must not import lab"),
     ("workloads/ddp.py", "from mltcp.host import jobs\n", "workloads must not import host"),
+    ("workloads/models.py", "from mltcp.cli import main\n", "workloads must not import cli"),
     ("cli/host.py", "def g():\n    from mltcp.lab import runner\n",
      "a host command must not load the lab"),
 ])
@@ -217,6 +221,13 @@ def test_a_host_command_loads_neither_the_lab_nor_numpy(argv: list[str]) -> None
     heavy = {m for m in loaded if m.split(".")[0] in HEAVY}
     lab = {m for m in loaded if m.startswith("mltcp.lab.")} - {"mltcp.lab.backends"}
     assert heavy == set() and lab == set(), (heavy, lab)
+
+
+def test_the_hook_loads_nothing_but_core_and_the_standard_library() -> None:
+    loaded = _loaded_after("from mltcp import hook\nhook.from_env()")
+    ours = {m for m in loaded if m.startswith("mltcp.")}
+    assert all(m.startswith(("mltcp.hook", "mltcp.core")) for m in ours), ours
+    assert not {m for m in loaded if m.split(".")[0] in HEAVY}
 
 
 def test_listing_backends_imports_none_of_them() -> None:

@@ -103,7 +103,7 @@ def test_status_and_each_watch_refresh_is_one_line(tmp_path: Path) -> None:
 
 def test_backends(tmp_path: Path) -> None:
     listed = document(cli(tmp_path, "-j", "backends"))
-    assert [e["name"] for e in listed] == ["netns", "fluid", "ns3", "dcqcn"]
+    assert [e["name"] for e in listed] == ["netns", "fluid", "ns3", "dcqcn", "hosts"]
     assert all(set(e) == {"name", "summary"} for e in listed)
     checked = document(cli(tmp_path, "backends", "--check", "-j"))
     assert all(set(e) == {"name", "summary", "ready", "why"} for e in checked)

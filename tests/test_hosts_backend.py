@@ -47,7 +47,7 @@ compute_ms = 60
 bytes_per_iteration = "3MB"
 workers = 2
 iterations = 6
-workload = {model = "transformer", batch = 2, gpu_time_ms = 60}
+workload = {model = "transformer", preset = "tiny", batch = 2, gpu_time_ms = 60}
 
 [[jobs]]
 name = "b"
@@ -55,7 +55,7 @@ compute_ms = 60
 bytes_per_iteration = "3MB"
 workers = 2
 iterations = 6
-workload = {model = "transformer", batch = 2, gpu_time_ms = 60}
+workload = {model = "transformer", preset = "tiny", batch = 2, gpu_time_ms = 60}
 
 [[schemes]]
 name = "cubic"

@@ -94,3 +94,12 @@ def test_seeds_names_and_choices() -> None:
     assert validate.flag(True, "b", "b = true") is True
     with pytest.raises(SpecError):
         validate.flag(1, "b", "b = true")
+
+
+def test_job_names_are_the_datapaths() -> None:
+    assert validate.job_name("resnet.a-1_b", "job") == "resnet.a-1_b"
+    for bad in ("", "-lead", "a b", "x" * 33):
+        with pytest.raises(SpecError, match=r"^job: .*; use 1-32 letters"):
+            validate.job_name(bad, "job")
+    with pytest.raises(SpecError, match=r"^job: must be a string"):
+        validate.job_name(7, "job")

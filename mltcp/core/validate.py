@@ -100,6 +100,16 @@ def name(value: object, field: str, pattern: re.Pattern[str], what: str, example
     return s
 
 
+# A datapath job's name: what `mltcp job attach`, the agent's signal socket and the
+# training-loop hook (which runs without the host package) all accept.
+JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
+
+
+def job_name(value: object, field: str) -> str:
+    """A datapath job's name (1-32 letters, digits, '.', '_' or '-')."""
+    return name(value, field, JOB_NAME, "1-32 letters, digits, '.', '_' or '-'", "resnet")
+
+
 def choice(value: object, field: str, choices: Iterable[str]) -> str:
     """One of ``choices``."""
     options = tuple(choices)

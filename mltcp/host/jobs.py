@@ -16,7 +16,6 @@ import contextlib
 import ctypes
 import json
 import os
-import re
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -31,7 +30,6 @@ from mltcp.host.state import STATE_DIR, host_lock
 
 DEFAULT_GAP_MS = 5.0
 DEFAULT_STALE_S = 30.0
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
 
 
 @dataclass(frozen=True)
@@ -53,8 +51,7 @@ class JobSpec:
     description: dict | None = None  # JobDescription fields, when the budget came from one
 
     def __post_init__(self) -> None:
-        validate.name(self.name, "name", _NAME_RE, "1-32 letters, digits, '.', '_' or '-'",
-                      "resnet")
+        validate.job_name(self.name, "name")
         if self.cc not in datapath.MODULES:
             raise SpecError("cc", f"unknown congestion control {self.cc!r}",
                             f"choose from {', '.join(datapath.MODULES)}")

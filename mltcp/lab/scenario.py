@@ -63,7 +63,8 @@ _JOB_KEYS = (
     "name", "compute_ms", "bytes_per_iteration", "workers", "placement", "connections",
     "start_offset_ms", "iterations", "collective", "phases", "compute_jitter_ms", "workload",
 )
-_WORKLOAD_KEYS = ("model", "batch", "backend", "gpu_time_ms", "signal")
+_WORKLOAD_KEYS = ("model", "batch", "preset", "backend", "gpu_time_ms", "signal")
+WORKLOAD_PRESETS = ("tiny", "small", "base")   # the transformer's sizes (mltcp.workloads)
 _MODEL_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 WORKLOAD_BACKENDS = ("gloo", "nccl")
 _PHASE_KEYS = ("compute_ms", "share")
@@ -291,10 +292,12 @@ class Workload:
     backend: str = "gloo"
     gpu_time_ms: float = 0.0
     signal: bool = False
+    preset: str | None = None      # the transformer's size (tiny, small, base)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "batch": self.batch, "backend": self.backend,
-                "gpu_time_ms": self.gpu_time_ms, "signal": self.signal}
+        out = {"model": self.model, "batch": self.batch, "backend": self.backend,
+               "gpu_time_ms": self.gpu_time_ms, "signal": self.signal}
+        return out | ({"preset": self.preset} if self.preset is not None else {})
 
 
 @dataclass(frozen=True)
@@ -710,7 +713,13 @@ def _parse_workload(raw: object, field: str) -> Workload:
     pad = validate.number(t.get("gpu_time_ms", "", 0.0), t.at("gpu_time_ms"), 0, MAX_COMPUTE_MS,
                           "gpu_time_ms = 100")
     signal = validate.flag(t.get("signal", "", False), t.at("signal"), "signal = true")
-    return Workload(model, batch, backend, pad, signal)
+    preset = None
+    if "preset" in t.data:
+        if model != "transformer":
+            raise SpecError(t.at("preset"), f"only the transformer has presets (model {model!r})",
+                            "drop preset, or use model = \"transformer\"")
+        preset = validate.choice(t.data["preset"], t.at("preset"), WORKLOAD_PRESETS)
+    return Workload(model, batch, backend, pad, signal, preset)
 
 
 def _parse_phases(raw: object, field: str) -> tuple[JobPhase, ...]:

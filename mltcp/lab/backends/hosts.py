@@ -123,13 +123,16 @@ def _trace(plan: RunPlan, run, records) -> Trace:  # type: ignore[no-untyped-def
     t0 = min(r.start_wall for recs in records.values() for r in recs)
     jobs = []
     for on in run.jobs:
-        its = tuple(IterationRecord(index=r.iteration, start=r.start_wall - t0,
-                                    comm_start=r.comm_start_wall - t0,
-                                    comm_end=r.comm_end_wall - t0, end=r.end_wall - t0,
-                                    bytes=r.bytes)
-                    for r in records[on.plan.name])
+        its = []
+        for r in records[on.plan.name]:
+            # An iteration that communicated nothing has no phase: an empty one at its end.
+            comm_start = r.comm_start_wall if r.comm_start_wall is not None else r.end_wall
+            comm_end = r.comm_end_wall if r.comm_end_wall is not None else comm_start
+            its.append(IterationRecord(index=r.iteration, start=r.start_wall - t0,
+                                       comm_start=comm_start - t0, comm_end=comm_end - t0,
+                                       end=r.end_wall - t0, bytes=r.bytes))
         jobs.append(JobTrace(name=on.plan.name, links=on.plan.links or ("hosts",),
-                             iterations=its))
+                             iterations=tuple(its)))
     return Trace(scenario=plan.scenario.name, scheme=plan.scheme.name, backend="hosts",
                  seed=plan.seed, jobs=tuple(jobs),
                  provenance=provenance({"hosts": [f.to_dict() for f in run.facts.values()]}),

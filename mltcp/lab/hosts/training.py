@@ -28,6 +28,7 @@ from mltcp.lab.hosts.inventory import HostSpec, Inventory
 from mltcp.lab.hosts.remote import HostFacts, RemoteHost, kernels
 from mltcp.lab.hosts.ssh import HostError, Session
 from mltcp.lab.plan import JobPlan, RunPlan
+from mltcp.lab.scenario import Workload
 
 BASE_PORT = 29500                 # rendezvous port of job i: BASE_PORT + i
 WORKLOAD_MODULE = "mltcp.workloads.ddp"
@@ -171,8 +172,8 @@ class HostRun:
         if workload not in self._gradient_bytes:
             host = on.hosts[0]
             out = self.sessions[host.name].run(
-                [host.python, "-m", WORKLOAD_MODULE, "--describe", "--model", workload.model,
-                 "--batch", str(workload.batch)], timeout_s=300).stdout
+                [host.python, "-m", WORKLOAD_MODULE, "--describe", *_model_args(workload)],
+                timeout_s=300).stdout
             self._gradient_bytes[workload] = int(
                 json.loads(out.strip().splitlines()[-1])["gradient_bytes"])
         return self._gradient_bytes[workload]
@@ -205,8 +206,8 @@ class HostRun:
         torchrun = [host.python, "-m", "torch.distributed.run", f"--nnodes={len(on.hosts)}",
                     f"--node_rank={rank}", "--nproc_per_node=1",
                     f"--master_addr={master.data_addr}", f"--master_port={BASE_PORT + job.index}",
-                    "-m", WORKLOAD_MODULE, "--model", workload.model,
-                    "--batch", str(workload.batch), "--iterations", str(job.spec.iterations),
+                    "-m", WORKLOAD_MODULE, *_model_args(workload),
+                    "--iterations", str(job.spec.iterations),
                     "--backend", workload.backend, "--seed", str(self.plan.seed)]
         if workload.gpu_time_ms:
             torchrun += ["--gpu-time-ms", repr(workload.gpu_time_ms)]
@@ -288,3 +289,11 @@ class HostRun:
         for session in self.sessions.values():
             session.close()
         self.sessions.clear()
+
+
+def _model_args(workload: Workload) -> list[str]:
+    """The workload's model flags (the same for --describe and the run)."""
+    args = ["--model", workload.model, "--batch", str(workload.batch)]
+    if workload.preset is not None:
+        args += ["--preset", workload.preset]
+    return args

@@ -1,0 +1,182 @@
+"""The bundled DDP workload (mltcp.workloads): its flags, its transport rules, and real
+runs under torchrun (two ranks, gloo over loopback) of a CNN and the transformer whose
+hook records are checked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mltcp import hook
+from mltcp.core.errors import CapabilityError, SpecError
+from mltcp.workloads import spec, transport
+from tests.hook_agent import Agent, short_tmp
+
+TORCH_REASON = "needs PyTorch: pip install 'mltcp[torch]'"
+
+
+# --------------------------------------------------------------------------- flags
+
+
+def test_defaults_and_a_preset_with_an_override() -> None:
+    run = spec.parse(["--model", "transformer", "--preset", "tiny", "--layers", "3"])
+    assert run.model.size == spec.TransformerSize(d_model=64, layers=3, heads=2, seq=32,
+                                                  vocab=1000)
+    assert (run.iterations, run.seed, run.backend, run.gpu_time_ms, run.signal) == \
+        (100, 0, "auto", 0.0, None)
+    cnn = spec.parse(["--model", "vgg11", "--image-size", "64", "--gpu-time-ms", "120",
+                      "--signal", "--job", "vgg"])
+    assert (cnn.model.image_size, cnn.gpu_time_ms, cnn.signal, cnn.job) == (64, 120, True, "vgg")
+
+
+@pytest.mark.parametrize(("argv", "match"), [
+    (["--batch", "0"], r"^--batch: must be between 1 and 65536 \(got 0\)"),
+    (["--iterations", "0"], r"^--iterations: must be between 1 and"),
+    (["--gpu-time-ms", "-5"], r"^--gpu-time-ms: must be >= 0"),
+    (["--gpu-time-ms", "nan"], r"^--gpu-time-ms: must be >= 0 and <= 600000 \(got nan\)"),
+    (["--bucket-cap-mb", "0"], r"^--bucket-cap-mb: must be > 0"),
+    (["--d-model", "64"], r"^--d-model: does not apply to --model resnet18; drop it"),
+    (["--workers", "4"], r"^--workers: only --describe takes it"),
+    (["--job", "a b"], r"^--job: 'a b' is not a valid name"),
+    (["--image-size", "8"], r"^--image-size: must be between 32 and 1024"),
+])
+def test_a_bad_flag_is_one_line_naming_it(argv: list[str], match: str) -> None:
+    with pytest.raises(SpecError, match=match) as err:
+        spec.parse(["--model", "resnet18", *argv])
+    assert "\n" not in str(err.value)
+
+
+def test_heads_must_divide_the_width() -> None:
+    with pytest.raises(SpecError, match=r"^--heads: 3 does not divide the width 64; give a "
+                       r"number of heads that divides --d-model, e.g. 2$"):
+        spec.parse(["--model", "transformer", "--d-model", "64", "--heads", "3"])
+
+
+def test_a_bad_start_time_in_the_environment_names_the_variable(monkeypatch) -> None:
+    monkeypatch.setenv("MLTCP_START_AT", "soon")
+    with pytest.raises(SpecError, match=r"^MLTCP_START_AT: 'soon' is not a time"):
+        spec.parse(["--model", "resnet18"])
+    monkeypatch.setenv("MLTCP_START_AT", "1700000000.5")
+    assert spec.parse(["--model", "resnet18"]).start_at == 1700000000.5
+
+
+def test_the_command_refuses_on_one_line(capsys) -> None:
+    from mltcp.workloads import ddp
+
+    with pytest.raises(SystemExit) as exit_:
+        ddp.main(["--model", "resnet99"])
+    assert exit_.value.code == 2
+    assert ddp.main(["--model", "resnet18", "--batch", "0"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and err[0].startswith("python -m mltcp.workloads.ddp: error: "
+                                               "argument --model: invalid choice: 'resnet99'")
+    assert err[1].startswith("python -m mltcp.workloads.ddp: error: --batch: ")
+
+
+# --------------------------------------------------------------------------- transport
+
+
+def test_gloo_on_cpu_hosts_and_nccl_over_tcp_on_gpu_hosts() -> None:
+    env: dict[str, str] = {}
+    assert transport.choose("auto", cuda=False, environ=env).backend == "gloo"
+    assert env == {}
+    nccl = transport.choose("auto", cuda=True, environ=env)
+    assert nccl.backend == "nccl" and env == {"NCCL_IB_DISABLE": "1", "NCCL_NET": "Socket"}
+    assert "NCCL over TCP sockets" in nccl.description
+    with pytest.raises(CapabilityError, match="no CUDA GPU"):
+        transport.choose("nccl", cuda=False, environ={})
+    with pytest.raises(SpecError, match=r"^NCCL_IB_DISABLE: is '0': NCCL would use RDMA"):
+        transport.choose("nccl", cuda=True, environ={"NCCL_IB_DISABLE": "0"})
+    with pytest.raises(SpecError, match=r"^NCCL_NET: is 'IB'"):
+        transport.choose("nccl", cuda=True, environ={"NCCL_NET": "IB"})
+
+
+# --------------------------------------------------------------------------- PyTorch
+
+
+def test_describe_gives_the_gradient_bytes_and_the_per_host_budget(capsys) -> None:
+    pytest.importorskip("torch", reason=TORCH_REASON)
+    from mltcp.workloads import ddp, models
+
+    assert ddp.main(["--model", "transformer", "--preset", "tiny", "--describe",
+                     "--workers", "4"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    model = models.build(spec.parse(["--model", "transformer", "--preset", "tiny"]).model)
+    grad = sum(p.numel() * 4 for p in model.parameters())
+    assert (out["gradient_bytes"], out["bytes_per_host_per_iteration"]) == (grad,
+                                                                            -(-2 * 3 * grad // 4))
+
+
+def test_synthetic_data_come_from_the_seed_and_the_rank() -> None:
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    from mltcp.workloads import models
+
+    s = spec.parse(["--model", "resnet18", "--batch", "2"]).model
+    cpu = torch.device("cpu")
+    a, b = models.synthetic_batches(s, 7, 0, cpu), models.synthetic_batches(s, 7, 0, cpu)
+    other = models.synthetic_batches(s, 7, 1, cpu)
+    assert len(a) == models.DATA_BATCHES
+    assert all(torch.equal(x, y) for pa, pb in zip(a, b, strict=True)
+               for x, y in zip(pa, pb, strict=True))
+    assert not torch.equal(a[0][0], other[0][0])
+
+
+def _torchrun(out: Path, *argv: str, env: dict[str, str] | None = None) -> str:
+    """The workload on two ranks of one host (torchrun --standalone picks the port)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+         "2", "-m", "mltcp.workloads.ddp", "--iterations", "3", "--log-every", "1",
+         "--hook-out", str(out), *argv],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "GLOO_SOCKET_IFNAME": "lo", **(env or {})})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def _check_records(out: Path, model_argv: list[str], job: str | None) -> list:
+    from mltcp.workloads import ddp
+
+    grad = ddp.describe(spec.parse([*model_argv, "--describe"]))["gradient_bytes"]
+    records = hook.read_records(out)
+    assert [(r.rank, r.iteration) for r in records] == [(k, i) for k in (0, 1) for i in range(3)]
+    for r in records:
+        assert (r.job, r.world_size, r.bytes) == (job, 2, grad)
+        assert r.buckets >= 1 and r.start <= r.comm_start <= r.comm_end <= r.end
+    return records
+
+
+def test_a_cnn_trains_on_two_ranks_with_the_compute_pad(tmp_path: Path) -> None:
+    pytest.importorskip("torchvision", reason=TORCH_REASON)
+    model = ["--model", "resnet18", "--batch", "2"]
+    stdout = _torchrun(tmp_path, *model, "--gpu-time-ms", "30", "--job", "cnn")
+    records = _check_records(tmp_path, model, "cnn")
+    assert all(r.comm_start - r.start >= 0.030 for r in records)   # the pad precedes comm
+    lines = stdout.splitlines()
+    assert [ln.split(":")[0] for ln in lines if ln.startswith("iteration ")] == \
+        ["iteration 1/3", "iteration 2/3", "iteration 3/3"]          # rank 0 only
+    assert "transport: gloo over TCP on lo" in lines
+    assert any(ln.startswith("compute pad ON: each iteration sleeps 30 ms") for ln in lines)
+
+
+def test_the_transformer_trains_on_two_ranks_and_signals_each_iteration(
+        tmp_path: Path) -> None:
+    pytest.importorskip("torch", reason=TORCH_REASON)
+    model = ["--model", "transformer", "--preset", "tiny", "--batch", "2"]
+    start_at = time.time() + 8              # past the launch: the ranks wait for it
+    with short_tmp() as d, Agent(os.path.join(d, "agent.sock")).serving() as agent:
+        stdout = _torchrun(tmp_path, *model, env={
+            "MLTCP_JOB": "lm", "MLTCP_HOOK_SIGNAL": "1", "MLTCP_AGENT_SOCKET": agent.path,
+            "MLTCP_START_AT": str(start_at)})
+    records = _check_records(tmp_path, model, "lm")
+    assert all(r.start_wall >= start_at for r in records)
+    assert "start: the first iteration waits" in stdout
+    assert all(r.signal_seq is not None and r.signal_failures == 0 for r in records)
+    assert [m for _, m in agent.received] == [{"op": "signal", "job": "lm"}] * 6
+    assert "compute pad" not in stdout and "end-of-iteration signal for job lm" in stdout
