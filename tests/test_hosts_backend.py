@@ -125,7 +125,7 @@ def test_one_short_run_per_scheme(hosts, scheme) -> None:
     # torchrun's agents may log a failed exit barrier when node 0 ends first: harmless;
     # a worker's own traceback is not.
     assert not [p for p in logs if re.search(r"\[rank\d+\]: Traceback", p.read_text())]
-    assert all("done: mean iteration" in p.read_text() for p in logs if "-0-" in p.name)
+    assert all("done: 6 iterations" in p.read_text() for p in logs if "-0-" in p.name)
 
 
 def test_a_host_that_cannot_be_reached_is_one_line(hosts, tmp_path) -> None:

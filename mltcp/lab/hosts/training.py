@@ -93,17 +93,19 @@ class HostRun:
         for job in self.plan.active_jobs:
             names += [self.host_of(h).name for h in job.hosts]
         names = list(dict.fromkeys(names))
-        for name in names:      # sessions first: close() ends whichever were opened
+        # The master connections start from this thread: they die with the thread that
+        # started them (PR_SET_PDEATHSIG), so never from a pool's short-lived threads.
+        for name in names:
             self.sessions[name] = Session(self.inventory.host(name), self.workdir / "ssh")
-        # Connecting and asking (the facts import torch: seconds) go to all hosts at once.
+            self.remotes[name] = RemoteHost(self.inventory.host(name),
+                                            self.sessions[name].open())
+        # The questions go to all hosts at once (each is a channel on its connection).
         with ThreadPoolExecutor(max_workers=min(16, len(names))) as pool:
             for name, facts, root in pool.map(self._meet, names):
                 self.facts[name], self.cgroup_roots[name] = facts, root
                 self.say(f"{name}: {facts.kernel}, torch {facts.torch}")
 
     def _meet(self, name: str) -> tuple[str, HostFacts, str]:
-        session = self.sessions[name].open()
-        self.remotes[name] = RemoteHost(self.inventory.host(name), session)
         return name, self.remotes[name].facts(), self._cgroup_root(name)
 
     def _cgroup_root(self, host: str) -> str:
