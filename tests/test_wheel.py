@@ -256,7 +256,9 @@ def test_load_attach_carry_a_flow_and_unload_from_the_wheel(host_venv: Path, tmp
         time.sleep(0.5)                                         # an agent refresh or two
         [status] = json.loads(run("status", "--json").stdout)
         assert status["name"] == "wheeltest" and not status["stale"]
-        assert status["total_bytes"] >= nbytes and status["iteration"] >= 3   # 1 MB budget
+        # 4 MB against a 1 MB budget: a boundary per budget, but over loopback one ACK can
+        # cover hundreds of KB (64 KB segments), so a wrap may land late: at least two.
+        assert status["total_bytes"] >= nbytes and status["iteration"] >= 2
         metrics = run("metrics").stdout        # prometheus_client came with the wheel
         assert 'mltcp_job_budget_bytes{cc="cubic",job="wheeltest"} 1e+06' in metrics
     finally:
