@@ -56,19 +56,16 @@ class HostsBackend(Backend):
 
     def check(self, plan: RunPlan) -> None:
         super().check(plan)
+        from mltcp.lab.hosts.training import host_for
+
         inventory = self.inventory()
-        names = plan.topology.host_names()
         for job in plan.jobs:
             if job.spec.workload is None:
                 raise SpecError(f"jobs[{job.index}].workload",
                                 "the hosts backend runs real training and the job has no "
                                 "workload", 'add workload = {model = "resnet18", batch = 8}')
             for h in job.hosts:
-                if names.index(h) >= len(inventory.hosts):
-                    raise SpecError(f"jobs[{job.index}].placement",
-                                    f"{h} has no host: {inventory.source} lists "
-                                    f"{len(inventory.hosts)}",
-                                    "add hosts to the inventory or place the job on fewer")
+                host_for(plan, inventory, h, f"jobs[{job.index}].placement")
 
     def run(self, plans: Sequence[RunPlan], progress: Progress | None = None,
             parallel: int = 1) -> Iterator[tuple[int, Trace]]:
@@ -80,8 +77,7 @@ class HostsBackend(Backend):
         from mltcp.lab.hosts.training import HostRun
 
         workdir = Path(tempfile.mkdtemp(prefix="mltcp-hostsrun-"))
-        run = HostRun(plan, inventory, workdir, progress,
-                      **({"start_slack_s": self.start_slack_s} if self.start_slack_s else {}))
+        run = HostRun(plan, inventory, workdir, progress, self.start_slack_s)
         try:
             run.open()
             if plan.scheme.mltcp:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mltcp import hook
+from mltcp.core.errors import SpecError
 from mltcp.lab.hosts.inventory import HostSpec, Inventory
 from mltcp.lab.hosts.remote import HostFacts, RemoteHost, kernels
 from mltcp.lab.hosts.ssh import HostError, Session
@@ -38,6 +39,16 @@ START_SLACK_S = 15.0              # torchrun, rendezvous and model build before 
 _KILL_AND_REMOVE = ('echo 1 > "$1/cgroup.kill"; for i in 1 2 3 4 5 6 7 8 9 10; do '
                     'rmdir "$1" 2>/dev/null && break; sleep 0.2; done; '
                     'rmdir "$2" 2>/dev/null; true')
+
+
+def host_for(plan: RunPlan, inventory: Inventory, name: str, field: str = "placement") -> HostSpec:
+    """The inventory host playing the scenario's host ``name`` (h<i> is the i-th listed)."""
+    index = plan.topology.host_names().index(name)
+    if index >= len(inventory.hosts):
+        raise SpecError(field, f"{name} has no host: {inventory.source} lists "
+                        f"{len(inventory.hosts)}",
+                        "add hosts to the inventory or place the job on fewer")
+    return inventory.hosts[index]
 
 
 @dataclass
@@ -57,9 +68,9 @@ class HostRun:
 
     def __init__(self, plan: RunPlan, inventory: Inventory, workdir: Path,
                  progress: Callable[[str], None] | None = None,
-                 start_slack_s: float = START_SLACK_S) -> None:
+                 start_slack_s: float | None = None) -> None:
         self.plan = plan
-        self.start_slack_s = start_slack_s
+        self.start_slack_s = START_SLACK_S if start_slack_s is None else start_slack_s
         self.inventory = inventory
         self.workdir = workdir
         self.say = progress or (lambda _msg: None)
@@ -68,6 +79,7 @@ class HostRun:
         self.remotes: dict[str, RemoteHost] = {}
         self.facts: dict[str, HostFacts] = {}
         self.cgroup_roots: dict[str, str] = {}
+        self._kernel_of: dict[str, str] = {}          # host -> its kernel's representative
         self.jobs: list[JobOnHosts] = []
         self._loaded: dict[str, list[str]] = {}      # kernel representative -> modules
         self._attached: list[tuple[str, str]] = []    # (representative host, job name)
@@ -78,13 +90,7 @@ class HostRun:
     # ------------------------------------------------------------------ mapping
 
     def host_of(self, name: str) -> HostSpec:
-        """The inventory host playing the scenario's host ``name`` (h<i> is the i-th)."""
-        index = self.plan.topology.host_names().index(name)
-        if index >= len(self.inventory.hosts):
-            raise HostError(f"the scenario places a worker on {name}, but "
-                            f"{self.inventory.source} lists only {len(self.inventory.hosts)} "
-                            "hosts: add hosts or place the jobs on fewer")
-        return self.inventory.hosts[index]
+        return host_for(self.plan, self.inventory, name)
 
     # ------------------------------------------------------------------ set-up
 
@@ -104,6 +110,9 @@ class HostRun:
             for name, facts, root in pool.map(self._meet, names):
                 self.facts[name], self.cgroup_roots[name] = facts, root
                 self.say(f"{name}: {facts.kernel}, torch {facts.torch}")
+        for group in kernels(list(self.facts.values())).values():
+            for name in group:
+                self._kernel_of[name] = group[0]
 
     def _meet(self, name: str) -> tuple[str, HostFacts, str]:
         return name, self.remotes[name].facts(), self._cgroup_root(name)
@@ -118,10 +127,7 @@ class HostRun:
 
     def kernel_of(self, host: str) -> str:
         """The representative host of ``host``'s kernel."""
-        for names in kernels(list(self.facts.values())).values():
-            if host in names:
-                return names[0]
-        raise KeyError(host)
+        return self._kernel_of[host]
 
     def prepare(self) -> None:
         """Modules, cgroups, datapath jobs, default congestion control: everything the
