@@ -79,6 +79,10 @@ ROWS: list[Row] = [
     Row(("agent", "--metrics-addr", "999.1.1.1", "--metrics-port", "9999"), 2,
         "--metrics-addr"),
     Row(("agent", "--config", "{dir}/missing.toml"), 2, "file"),
+    Row(("agent", "--signal-socket", "{dir}/plain"), 2, "--signal-socket",
+        (("plain", "a file"),), "a regular file at the path"),
+    Row(("agent", "--signal-socket", "{dir}/" + "s" * 110), 2, "--signal-socket",
+        note="a path past a Unix socket's 107 bytes"),
     # the registry
     Row(("job", "list"), 1, "jobs.json", TRUNCATED, "a truncated jobs.json"),
     Row(("-j", "status"), 1, "jobs.json", TRUNCATED, "a truncated jobs.json"),

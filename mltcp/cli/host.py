@@ -60,6 +60,12 @@ def register(sub: Any) -> None:
     ag.add_argument("--config", metavar="FILE",
                     help="job file to apply at start and on SIGHUP, e.g. /etc/mltcp/jobs.toml "
                          "(default: none)")
+    ag.add_argument("--signal-socket", metavar="PATH", default="",
+                    help="Unix socket for the training processes' end-of-iteration signals "
+                         "(mltcp.hook; a process may signal only its own job's cgroup; "
+                         "default: agent.sock in the state directory, /run/mltcp)")
+    ag.add_argument("--no-signal-socket", dest="signal_socket", action="store_const",
+                    const=None, help="serve no signal socket")
     ag.set_defaults(handler=cmd_agent)
 
     ap = sub.add_parser("apply", help="make this host match a job file (modules and jobs)")
@@ -297,10 +303,14 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 def cmd_agent(args: argparse.Namespace) -> int:
     from mltcp.host import logs
     from mltcp.host.agent import Agent
+    from mltcp.host.state import STATE_DIR
 
     logs.setup(logging.INFO)
+    if args.signal_socket == "":
+        args.signal_socket = STATE_DIR / "agent.sock"
     Agent(interval_s=args.interval, metrics_port=args.metrics_port,
-          metrics_addr=args.metrics_addr, config=args.config).run()
+          metrics_addr=args.metrics_addr, config=args.config,
+          signal_socket=args.signal_socket).run()
     return 0
 
 

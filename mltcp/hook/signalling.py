@@ -29,12 +29,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TextIO
 
+from mltcp.core.agent_protocol import AGENT_SOCKET_ENV, DEFAULT_AGENT_SOCKET, MAX_LINE, OP_SIGNAL
 from mltcp.core.errors import MltcpError
 
-DEFAULT_AGENT_SOCKET = "/run/mltcp/agent.sock"
 DEFAULT_TIMEOUT_S = 0.2
 QUIET_AFTER_TIMEOUT_S = 5.0
-_MAX_REPLY = 64 * 1024
 
 
 class SignalFailed(MltcpError):
@@ -47,7 +46,7 @@ class SignalFailed(MltcpError):
 
 def agent_socket_path(path: str | None = None) -> str:
     """The agent's socket: ``path``, else ``$MLTCP_AGENT_SOCKET``, else the default."""
-    return path or os.environ.get("MLTCP_AGENT_SOCKET") or DEFAULT_AGENT_SOCKET
+    return path or os.environ.get(AGENT_SOCKET_ENV) or DEFAULT_AGENT_SOCKET
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,7 @@ class AgentClient:
 
     def signal(self, job: str) -> int:
         """Signal ``job``'s end of iteration; the agent's sequence number for it."""
-        reply = self.request({"op": "signal", "job": job})
+        reply = self.request({"op": OP_SIGNAL, "job": job})
         if reply.get("ok") is True:
             seq = reply.get("seq")
             if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0:
@@ -109,7 +108,7 @@ def _read_line(sock: socket.socket, deadline: float) -> bytes:
         if not chunk:
             raise ConnectionResetError(0, "it closed the connection without an answer")
         buf += chunk
-        if len(buf) > _MAX_REPLY:
+        if len(buf) > MAX_LINE:
             raise ConnectionResetError(0, "its answer is not one line")
     return buf.split(b"\n", 1)[0]
 

@@ -2,7 +2,9 @@
 
 It keeps every job's config fresh (so the datapath's staleness fallback fires
 only when the agent is really gone), applies learned budgets, and serves the
-Prometheus metrics over HTTP.  With ``--config FILE`` it first makes the host match
+Prometheus metrics over HTTP.  With ``signal_socket`` it also takes the training
+processes' end-of-iteration signals on a Unix socket (:mod:`mltcp.host.signal_socket`),
+the signal without root.  With ``--config FILE`` it first makes the host match
 that job file (:mod:`mltcp.host.jobfile`: modules loaded, declared jobs attached), so
 the jobs come back after a reboot or a crash, and applies it again on SIGHUP
 (``systemctl reload``); a file that became invalid is logged and the jobs stay as
@@ -23,6 +25,7 @@ from mltcp.core import validate
 from mltcp.core.errors import MltcpError
 from mltcp.host import datapath, jobfile, jobs
 from mltcp.host.exposition import HttpEndpoint
+from mltcp.host.signal_socket import SignalSocket
 
 log = logging.getLogger("mltcp.host.agent")
 
@@ -30,7 +33,8 @@ log = logging.getLogger("mltcp.host.agent")
 class Agent:
     def __init__(self, interval_s: float = 1.0, metrics_port: int | None = None,
                  metrics_addr: str = "127.0.0.1", registry: jobs.Registry | None = None,
-                 config: str | Path | None = None) -> None:
+                 config: str | Path | None = None,
+                 signal_socket: str | Path | None = None) -> None:
         validate.number(interval_s, "interval", 0.05, 60,
                         fix="use 0.05 .. 60 s, well below the jobs' stale timeout")
         if metrics_port is not None:
@@ -49,6 +53,14 @@ class Agent:
         self.http: HttpEndpoint | None = None
         if metrics_port is not None:
             self.http = HttpEndpoint(metrics_addr, metrics_port, self.registry, self.health)
+        self.signals: SignalSocket | None = None
+        if signal_socket is not None:
+            try:
+                self.signals = SignalSocket(signal_socket, self.registry)
+            except BaseException:
+                if self.http:
+                    self.http.close()
+                raise
 
     @property
     def metrics_port(self) -> int | None:
@@ -102,6 +114,8 @@ class Agent:
         self.apply_config()
         if self.http:
             log.info("metrics on http://%s:%d/metrics, health on /healthz", *self.http.address)
+        if self.signals:
+            log.info("end-of-iteration signals on %s", self.signals.path)
         try:
             while not self.stop_event.is_set():
                 if self.reload_event.is_set():
@@ -119,6 +133,8 @@ class Agent:
         finally:
             if self.http:
                 self.http.close()
+            if self.signals:
+                self.signals.close()
             log.info("agent stopped")
 
     def stop(self) -> None:
