@@ -9,6 +9,7 @@ agent's side of the protocol); the DDP workers signal it from their processes.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import time
@@ -214,7 +215,8 @@ def test_the_signal_goes_at_the_end_of_each_iterations_communication(
         assert h.stats() == hook.HookStats(4, 4, 0, 0)
     records = hook.read_records(tmp_path)
     assert [r.signal_seq for r in records] == [1, 2, 3, 4]
-    assert [m for _, m in agent.received] == [{"op": "signal", "job": "resnet"}] * 4
+    assert [m for _, m in agent.received] == [{"op": "signal", "job": "resnet", "iteration": i}
+                                              for i in range(4)]
     starts = [r.start for r in records[1:]] + [now()]
     for (arrived, _), r, next_start in zip(agent.received, records, starts, strict=True):
         assert r.comm_end <= arrived <= next_start   # after the bytes, before the next ones
@@ -324,6 +326,11 @@ def _ddp_worker(rank: int, world: int, tmp: str, agent_path: str) -> None:
     grad_bytes = sum(p.numel() * p.element_size() for p in hooked.parameters())
     Path(tmp, f"result{rank}.json").write_text(json.dumps({"same": same, "stray": stray,
                                                            "grad_bytes": grad_bytes}))
+    # Release the DDP models (their reducers hold gloo's last work objects) while the
+    # interpreter is whole; at its exit a gloo thread dropping one needs the GIL and can
+    # abort the process (as mltcp.workloads.ddp explains).
+    del hooked, plain
+    gc.collect()
     dist.destroy_process_group()
 
 
@@ -369,24 +376,28 @@ def _fsdp_worker(rank: int, world: int, tmp: str) -> None:
         torch.manual_seed(0)
         return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8))
 
-    grad_bytes = sum(p.numel() * p.element_size() for p in model().parameters())
-    mesh = init_device_mesh("cpu", (world,))
-    fsdp2 = model()
-    for layer in (fsdp2[0], fsdp2[2]):
-        fully_shard(layer, mesh=mesh)
-    fully_shard(fsdp2, mesh=mesh)
-    fsdp1 = FullyShardedDataParallel(model(), device_id=torch.device("cpu"))
-    for name, m in (("fsdp2", fsdp2), ("fsdp1", fsdp1)):
-        out = Path(tmp, name)
-        with hook.IterationHook(out) as h:
-            h.attach_fsdp(m)
-            opt = torch.optim.SGD(m.parameters(), lr=0.1)
-            for _ in range(3):
-                with h.iteration():
-                    m(torch.randn(4, 32)).sum().backward()
-                    opt.step()
-                    opt.zero_grad()
-        Path(out, f"grad_bytes{rank}").write_text(str(grad_bytes))
+    def train_both() -> None:    # its models are gone when it returns (see _ddp_worker)
+        grad_bytes = sum(p.numel() * p.element_size() for p in model().parameters())
+        mesh = init_device_mesh("cpu", (world,))
+        fsdp2 = model()
+        for layer in (fsdp2[0], fsdp2[2]):
+            fully_shard(layer, mesh=mesh)
+        fully_shard(fsdp2, mesh=mesh)
+        fsdp1 = FullyShardedDataParallel(model(), device_id=torch.device("cpu"))
+        for name, m in (("fsdp2", fsdp2), ("fsdp1", fsdp1)):
+            out = Path(tmp, name)
+            with hook.IterationHook(out) as h:
+                h.attach_fsdp(m)
+                opt = torch.optim.SGD(m.parameters(), lr=0.1)
+                for _ in range(3):
+                    with h.iteration():
+                        m(torch.randn(4, 32)).sum().backward()
+                        opt.step()
+                        opt.zero_grad()
+            Path(out, f"grad_bytes{rank}").write_text(str(grad_bytes))
+
+    train_both()
+    gc.collect()
     dist.destroy_process_group()
 
 

@@ -33,6 +33,7 @@ GPU one line too (exit 3).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import statistics
@@ -71,9 +72,8 @@ def train(run: RunSpec) -> int:
     """One rank's training; 0 when every iteration ran."""
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
 
-    from mltcp.workloads import models, transport
+    from mltcp.workloads import transport
 
     net = transport.choose(run.backend, torch.cuda.is_available())
     missing = [name for name in RENDEZVOUS if not os.environ.get(name)]
@@ -94,56 +94,74 @@ def train(run: RunSpec) -> int:
         h.close()
         raise
     try:
-        rank, world = dist.get_rank(), dist.get_world_size()
-        torch.manual_seed(run.seed)              # one initial model on every rank
-        model = models.build(run.model).to(device)
-        ddp = DistributedDataParallel(model, bucket_cap_mb=run.bucket_cap_mb,
-                                      device_ids=[device.index] if device.type == "cuda"
-                                      else None)
-        h.attach_ddp(ddp)
-        data = models.synthetic_batches(run.model, run.seed, rank, device)
-        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
-        loss_fn = torch.nn.CrossEntropyLoss()
-        if rank == 0:
-            _announce(run, models.parameters(model), models.gradient_bytes(model), world,
-                      net.description, h)
-        dist.barrier()
-        if run.start_at is not None:
-            wait = run.start_at - time.time()
-            if rank == 0:
-                print(f"start: the first iteration waits {max(0.0, wait):.1f} s, until "
-                      f"{time.strftime('%H:%M:%S', time.localtime(run.start_at))} "
-                      "(--start-at)", flush=True)
-            time.sleep(max(0.0, wait))
-        pad_s = run.gpu_time_ms / 1000
-        durations: list[float] = []
-        for i in range(run.iterations):
-            x, y = data[i % len(data)]
-            with h.iteration():
-                if pad_s:
-                    time.sleep(pad_s)
-                optimizer.zero_grad(set_to_none=True)
-                loss = loss_fn(ddp(x), y)
-                loss.backward()
-                optimizer.step()
-                if device.type == "cuda":      # the iteration ends when the GPU is done
-                    torch.cuda.synchronize(device)
-            record = h.last
-            durations.append(record.end - record.start)
-            if rank == 0 and ((i + 1) % run.log_every == 0 or i + 1 == run.iterations):
-                comm = ((record.comm_end - record.comm_start) * 1000
-                        if record.comm_start is not None else 0.0)
-                print(f"iteration {i + 1}/{run.iterations}: {durations[-1] * 1000:.1f} ms "
-                      f"(communication {comm:.1f} ms, {record.bytes / 1e6:.2f} MB in "
-                      f"{record.buckets} bucket{'' if record.buckets == 1 else 's'}), "
-                      f"loss {loss.item():.3f}", flush=True)
-        if rank == 0:
-            print(f"done: {run.iterations} iterations, mean "
-                  f"{statistics.fmean(durations) * 1000:.1f} ms, median "
-                  f"{statistics.median(durations) * 1000:.1f} ms", flush=True)
+        return _train_ranks(run, h, net, device)
     finally:
         h.close()
+        # The DDP model of _train_ranks is gone now (its frame ended), and with it the
+        # last references to gloo's work objects; collect them while the interpreter is
+        # whole.  Left to the interpreter's exit, a gloo thread may drop the last one
+        # during finalization, need the GIL there and abort the process (std::terminate,
+        # SIGABRT) after a successful run.
+        gc.collect()
         dist.destroy_process_group()
+
+
+def _train_ranks(run: RunSpec, h: hook.IterationHook, net: Any,
+                 device: Any) -> int:
+    """The rendezvoused part of :func:`train`: model, DDP, the timed iterations."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from mltcp.workloads import models
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(run.seed)              # one initial model on every rank
+    model = models.build(run.model).to(device)
+    ddp = DistributedDataParallel(model, bucket_cap_mb=run.bucket_cap_mb,
+                                  device_ids=[device.index] if device.type == "cuda"
+                                  else None)
+    h.attach_ddp(ddp)
+    data = models.synthetic_batches(run.model, run.seed, rank, device)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    if rank == 0:
+        _announce(run, models.parameters(model), models.gradient_bytes(model), world,
+                  net.description, h)
+    dist.barrier()
+    if run.start_at is not None:
+        wait = run.start_at - time.time()
+        if rank == 0:
+            print(f"start: the first iteration waits {max(0.0, wait):.1f} s, until "
+                  f"{time.strftime('%H:%M:%S', time.localtime(run.start_at))} "
+                  "(--start-at)", flush=True)
+        time.sleep(max(0.0, wait))
+    pad_s = run.gpu_time_ms / 1000
+    durations: list[float] = []
+    for i in range(run.iterations):
+        x, y = data[i % len(data)]
+        with h.iteration():
+            if pad_s:
+                time.sleep(pad_s)
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(ddp(x), y)
+            loss.backward()
+            optimizer.step()
+            if device.type == "cuda":      # the iteration ends when the GPU is done
+                torch.cuda.synchronize(device)
+        record = h.last
+        durations.append(record.end - record.start)
+        if rank == 0 and ((i + 1) % run.log_every == 0 or i + 1 == run.iterations):
+            comm = ((record.comm_end - record.comm_start) * 1000
+                    if record.comm_start is not None else 0.0)
+            print(f"iteration {i + 1}/{run.iterations}: {durations[-1] * 1000:.1f} ms "
+                  f"(communication {comm:.1f} ms, {record.bytes / 1e6:.2f} MB in "
+                  f"{record.buckets} bucket{'' if record.buckets == 1 else 's'}), "
+                  f"loss {loss.item():.3f}", flush=True)
+    if rank == 0:
+        print(f"done: {run.iterations} iterations, mean "
+              f"{statistics.fmean(durations) * 1000:.1f} ms, median "
+              f"{statistics.median(durations) * 1000:.1f} ms", flush=True)
     return 0
 
 
