@@ -103,7 +103,21 @@ def test_a_training_process_signals_its_own_job_through_the_agent(job_cgroup, so
         with pytest.raises(SignalFailed, match="job"):
             client.signal("bad name!")
         assert _kernel_seq(other) == 0
-        assert agent.signals is not None and agent.signals.served == 6
+        # Every rank signals each iteration's end: one boundary per iteration index.
+        base = _kernel_seq(record)
+        replies = [client.request({"op": "signal", "job": "sig", "iteration": i})
+                   for i in (0, 0, 0, 1, 1, 0)]
+        assert replies == [{"ok": True, "seq": base + 1},
+                           {"ok": True, "seq": base + 1, "duplicate": True},
+                           {"ok": True, "seq": base + 1, "duplicate": True},
+                           {"ok": True, "seq": base + 2},
+                           {"ok": True, "seq": base + 2, "duplicate": True},
+                           {"ok": True, "seq": base + 3}]   # a loop that started again
+        assert _kernel_seq(record) == base + 3
+        assert client.request({"op": "signal", "job": "sig", "iteration": -1}) == {
+            "ok": False, "error": "iteration: must be between 0 and 9223372036854775807 "
+                                  "(got -1); use an integer from 0 to 9223372036854775807, e.g. 0"}
+        assert agent.signals is not None and agent.signals.served == 12
     finally:
         agent.stop()
         thread.join(timeout=10)

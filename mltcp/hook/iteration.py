@@ -295,7 +295,7 @@ class IterationHook:
     def _signal_now(self, it: _Open) -> None:
         """Queue the iteration's signal, once (the caller holds the lock)."""
         if self._signaller is not None and it.signal is None:
-            it.signal = self._signaller.submit()
+            it.signal = self._signaller.submit(it.index)
 
     def _attach_once(self) -> None:
         if self._attached:

@@ -56,9 +56,14 @@ class AgentClient:
     path: str
     timeout_s: float = DEFAULT_TIMEOUT_S
 
-    def signal(self, job: str) -> int:
-        """Signal ``job``'s end of iteration; the agent's sequence number for it."""
-        reply = self.request({"op": OP_SIGNAL, "job": job})
+    def signal(self, job: str, iteration: int | None = None) -> int:
+        """Signal ``job``'s end of iteration (``iteration``: the loop's index, so that
+        its other ranks' signals of the same iteration are one boundary); the agent's
+        sequence number for it."""
+        message: dict[str, object] = {"op": OP_SIGNAL, "job": job}
+        if iteration is not None:
+            message["iteration"] = iteration
+        reply = self.request(message)
         if reply.get("ok") is True:
             seq = reply.get("seq")
             if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0:
@@ -140,9 +145,10 @@ class Signaller:
         self.sent = 0
         self.failures = 0
 
-    def submit(self) -> Future[SignalOutcome]:
-        """Queue one signal; its outcome arrives on the future."""
-        return self._pool.submit(self._send)
+    def submit(self, iteration: int | None = None) -> Future[SignalOutcome]:
+        """Queue one signal (of the loop's ``iteration``); its outcome arrives on the
+        future."""
+        return self._pool.submit(self._send, iteration)
 
     def outcome(self, future: Future[SignalOutcome]) -> SignalOutcome:
         """The outcome of a submitted signal, waiting at most about one deadline (the
@@ -153,14 +159,14 @@ class Signaller:
             return self._failed(SignalFailed("the signal was still queued after "
                                              f"{self.client.timeout_s:g} s"))
 
-    def _send(self) -> SignalOutcome:
+    def _send(self, iteration: int | None = None) -> SignalOutcome:
         now = time.monotonic()
         if now < self._quiet_until:
             return self._failed(SignalFailed(
                 f"skipped: the agent at {self.client.path} did not answer in time "
                 f"{now - (self._quiet_until - self.quiet_after_timeout_s):.1f} s ago"))
         try:
-            seq = self.client.signal(self.job)
+            seq = self.client.signal(self.job, iteration)
         except SignalFailed as exc:
             if exc.timed_out:
                 self._quiet_until = time.monotonic() + self.quiet_after_timeout_s

@@ -94,7 +94,29 @@ def may_signal(record: jobs.JobRecord, pid: int, uid: int) -> str | None:
             "process may only signal the job it belongs to")
 
 
-def answer(request: bytes, pid: int, uid: int, registry: jobs.Registry) -> dict[str, object]:
+class Boundaries:
+    """The last iteration signalled per job (by its registry id, so a job attached anew
+    starts afresh): the first signal of an iteration moves the kernel's boundary, the
+    same iteration's signals from the job's other ranks are duplicates."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[int, tuple[int, int]] = {}      # job id -> (iteration, seq)
+
+    def signal(self, record: jobs.JobRecord, iteration: int | None,
+               registry: jobs.Registry) -> dict[str, object]:
+        with self._lock:      # one job's ranks race to signal the same iteration
+            last = self._last.get(record.id)
+            if iteration is not None and last is not None and last[0] == iteration:
+                return {"ok": True, "seq": last[1], "duplicate": True}
+            seq = jobs.signal(record.spec.name, registry)
+            if iteration is not None:
+                self._last[record.id] = (iteration, seq)
+            return {"ok": True, "seq": seq}
+
+
+def answer(request: bytes, pid: int, uid: int, registry: jobs.Registry,
+           boundaries: Boundaries) -> dict[str, object]:
     """The reply to one request line from a peer."""
     try:
         message = json.loads(request)
@@ -104,8 +126,11 @@ def answer(request: bytes, pid: int, uid: int, registry: jobs.Registry) -> dict[
         return {"ok": False, "error": f'unknown request: send {{"op": "{OP_SIGNAL}", '
                                       '"job": NAME}'}
     name = message.get("job")
+    iteration = message.get("iteration")
     try:
         validate.job_name(name, "job")
+        if iteration is not None:
+            validate.integer(iteration, "iteration", 0, 2**63 - 1, "0")
         record = registry.read().get(name)  # type: ignore[call-overload]
         if record is None:
             raise SpecError("job", f"no job named {name!r} on this host",
@@ -113,9 +138,16 @@ def answer(request: bytes, pid: int, uid: int, registry: jobs.Registry) -> dict[
         refused = may_signal(record, pid, uid)
         if refused:
             return {"ok": False, "error": refused}
-        return {"ok": True, "seq": jobs.signal(name, registry)}  # type: ignore[arg-type]
+        return boundaries.signal(record, iteration, registry)
     except MltcpError as exc:
         return {"ok": False, "error": str(exc)}
+
+
+class _Server(socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
+    # Every rank of every job on the host signals at about the same moment; a client
+    # that finds the backlog full fails at once (EAGAIN), so leave room for a burst.
+    request_queue_size = 256
 
 
 class SignalSocket:
@@ -130,6 +162,7 @@ class SignalSocket:
         self.registry = registry or jobs.Registry()
         self.served = 0
         self.refused = 0
+        self.boundaries = Boundaries()
         self._lock = threading.Lock()
         self._refusals_said: set[str] = set()
         self._claim()
@@ -139,9 +172,7 @@ class SignalSocket:
             def handle(self) -> None:
                 owner._handle(self.connection, self.rfile, self.wfile)
 
-        self.server = socketserver.ThreadingUnixStreamServer(str(self.path), Handler,
-                                                             bind_and_activate=False)
-        self.server.daemon_threads = True
+        self.server = _Server(str(self.path), Handler, bind_and_activate=False)
         try:
             self.server.server_bind()
             os.chmod(self.path, 0o666)
@@ -193,7 +224,7 @@ class SignalSocket:
         if len(line) > MAX_LINE or not line.endswith(b"\n"):
             reply: dict[str, object] = {"ok": False, "error": "the request is not one line"}
         else:
-            reply = answer(line, pid, uid, self.registry)
+            reply = answer(line, pid, uid, self.registry, self.boundaries)
         with self._lock:
             if reply["ok"]:
                 self.served += 1
