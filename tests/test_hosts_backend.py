@@ -47,7 +47,7 @@ compute_ms = 60
 bytes_per_iteration = "3MB"
 workers = 2
 iterations = 6
-workload = {model = "transformer", preset = "tiny", batch = 2, gpu_time_ms = 60}
+workload = {model = "transformer", preset = "tiny", batch = 2, gpu_time_ms = 60, signal = true}
 
 [[jobs]]
 name = "b"
@@ -110,6 +110,16 @@ def test_one_short_run_per_scheme(hosts, scheme) -> None:
         assert [it["index"] for it in its] == list(range(6))
         assert all(it["start"] <= it["comm_start"] <= it["comm_end"] <= it["end"] for it in its)
         assert all(it["bytes"] > 0 for it in its)
+    counted = trace["provenance"]["datapath"]
+    print(json.dumps(counted))
+    if scheme.startswith("mltcp"):
+        # The run's agent kept the configs fresh and took job a's signals (one boundary
+        # per iteration, though both of its ranks signal on this one kernel).
+        assert counted["a"]["stale_fallbacks"] == counted["b"]["stale_fallbacks"] == 0
+        assert counted["a"]["signals"] >= 6 and counted["b"]["signals"] == 0
+        assert counted["b"]["gaps"] >= 5
+    else:
+        assert counted == {}
     hosts_seen = trace["provenance"]["hosts"]
     assert [h["name"] for h in hosts_seen] == ["h1", "h3", "h2", "h4"] or \
         sorted(h["name"] for h in hosts_seen) == ["h1", "h2", "h3", "h4"]
@@ -120,8 +130,10 @@ def test_one_short_run_per_scheme(hosts, scheme) -> None:
     root = datapath.cgroup2_root()
     assert not list(root.glob("mltcp-*"))
     assert not list(Path("/tmp").glob("mltcp-hosts*"))
-    logs = list((out / "logs").rglob("*.log"))
+    logs = [p for p in (out / "logs").rglob("*.log") if not p.name.startswith("agent-")]
     assert len(logs) == 4
+    agents = list((out / "logs").rglob("agent-*.log"))
+    assert len(agents) == (1 if scheme.startswith("mltcp") else 0)
     # torchrun's agents may log a failed exit barrier when node 0 ends first: harmless;
     # a worker's own traceback is not.
     assert not [p for p in logs if re.search(r"\[rank\d+\]: Traceback", p.read_text())]

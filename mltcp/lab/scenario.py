@@ -63,7 +63,10 @@ _JOB_KEYS = (
     "name", "compute_ms", "bytes_per_iteration", "workers", "placement", "connections",
     "start_offset_ms", "iterations", "collective", "phases", "compute_jitter_ms", "workload",
 )
-_WORKLOAD_KEYS = ("model", "batch", "preset", "backend", "gpu_time_ms", "signal")
+# The transformer's size overrides (of its preset), as the workload's flags name them.
+WORKLOAD_SIZE_KEYS = ("d_model", "layers", "heads", "seq", "vocab")
+_WORKLOAD_KEYS = ("model", "batch", "preset", "backend", "gpu_time_ms", "signal",
+                  *WORKLOAD_SIZE_KEYS)
 WORKLOAD_PRESETS = ("tiny", "small", "base")   # the transformer's sizes (mltcp.workloads)
 _MODEL_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 WORKLOAD_BACKENDS = ("gloo", "nccl")
@@ -293,11 +296,13 @@ class Workload:
     gpu_time_ms: float = 0.0
     signal: bool = False
     preset: str | None = None      # the transformer's size (tiny, small, base)
+    size: tuple[tuple[str, int], ...] = ()   # overrides of the preset (WORKLOAD_SIZE_KEYS)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"model": self.model, "batch": self.batch, "backend": self.backend,
                "gpu_time_ms": self.gpu_time_ms, "signal": self.signal}
-        return out | ({"preset": self.preset} if self.preset is not None else {})
+        return (out | ({"preset": self.preset} if self.preset is not None else {})
+                | dict(self.size))
 
 
 @dataclass(frozen=True)
@@ -719,7 +724,19 @@ def _parse_workload(raw: object, field: str) -> Workload:
             raise SpecError(t.at("preset"), f"only the transformer has presets (model {model!r})",
                             "drop preset, or use model = \"transformer\"")
         preset = validate.choice(t.data["preset"], t.at("preset"), WORKLOAD_PRESETS)
-    return Workload(model, batch, backend, pad, signal, preset)
+    size = []
+    for key in WORKLOAD_SIZE_KEYS:
+        if key in t.data:
+            if model != "transformer":
+                raise SpecError(t.at(key), f"only the transformer is sized by {key} "
+                                f"(model {model!r})", f"drop {key}, or use model = \"transformer\"")
+            size.append((key, validate.integer(t.data[key], t.at(key), 1, 1_000_000,
+                                               f"{key} = 256")))
+    sized = dict(size)
+    if "d_model" in sized and "heads" in sized and sized["d_model"] % sized["heads"]:
+        raise SpecError(t.at("heads"), f"{sized['heads']} heads do not divide d_model "
+                        f"{sized['d_model']}", "use a divisor of d_model, e.g. heads = 4")
+    return Workload(model, batch, backend, pad, signal, preset, tuple(size))
 
 
 def _parse_phases(raw: object, field: str) -> tuple[JobPhase, ...]:

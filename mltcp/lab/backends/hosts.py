@@ -7,8 +7,11 @@ scheme, its ``mltcp doctor`` (a host that cannot run the scheme stops the run wi
 table of what is missing where); the modules are loaded once per kernel, each job's
 workers get a cgroup attached as an MLTCP job, ``torchrun`` starts them with the
 training-loop hook, and the hook's per-iteration records become the common trace,
-with the hosts' kernels, torch/NCCL versions and GPUs as provenance.  The dedicated
-baseline is each job alone on the same hosts (the runner's ``only_job`` plans).
+with the hosts' kernels, torch/NCCL versions and GPUs as provenance, and, for an MLTCP
+scheme, what the datapath counted per job (``provenance.datapath``: iterations, gap and
+budget boundaries, signals; the measure of its iteration detection against the hook's).
+The dedicated baseline is each job alone on the same hosts (the runner's ``only_job``
+plans).
 Everything is undone afterwards, also on a failure, Ctrl-C or SIGTERM.
 """
 
@@ -85,6 +88,8 @@ class HostsBackend(Backend):
             run.prepare()
             run.start()
             run.wait(self.timeout_s)
+            if plan.scheme.mltcp:
+                run.read_datapath()
             records = run.collect()
             return _trace(plan, run, records)
         finally:
@@ -131,7 +136,8 @@ def _trace(plan: RunPlan, run, records) -> Trace:  # type: ignore[no-untyped-def
                              iterations=tuple(its)))
     return Trace(scenario=plan.scenario.name, scheme=plan.scheme.name, backend="hosts",
                  seed=plan.seed, jobs=tuple(jobs),
-                 provenance=provenance({"hosts": [f.to_dict() for f in run.facts.values()]}),
+                 provenance=provenance({"hosts": [f.to_dict() for f in run.facts.values()],
+                                        "datapath": run.datapath_counts}),
                  params=plan.trace_params())
 
 

@@ -27,6 +27,11 @@ from mltcp.lab.emulation import fabric as fabrics
 from mltcp.lab.emulation import netns
 
 SSHD = "/usr/sbin/sshd"
+ALLOWED_CC = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+# A namespace may make only an *allowed* congestion control its default (the kernel
+# refuses a restricted one outside the initial namespace, EPERM), while a real host's
+# root may choose any: the lab allows the standard schemes' algorithms while it runs.
+LAB_CCS = ("reno", "cubic")
 PRIVSEP_DIR = Path("/run/sshd")      # Debian's sshd refuses to start without it
 
 
@@ -61,6 +66,7 @@ class SshdLab:
     port: int = 22
     python: str = "python3"
     servers: dict[str, SshdHost] = field(default_factory=dict)
+    allowed_before: str | None = None
 
     @property
     def client_key(self) -> Path:
@@ -76,6 +82,7 @@ class SshdLab:
             raise CapabilityError(why)
         self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
         PRIVSEP_DIR.mkdir(mode=0o755, exist_ok=True)
+        self._allow_lab_ccs()
         _keygen(self.client_key, "mltcp lab client")
         host_key = self.workdir / "ssh_host_ed25519_key"
         _keygen(host_key, "mltcp lab host")
@@ -104,6 +111,14 @@ class SshdLab:
         for server in self.servers.values():
             self._wait_listening(server)
         return self
+
+    def _allow_lab_ccs(self) -> None:
+        allowed = ALLOWED_CC.read_text().split()
+        available = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text()
+        wanted = [cc for cc in LAB_CCS if cc not in allowed and cc in available.split()]
+        if wanted:
+            self.allowed_before = " ".join(allowed)
+            ALLOWED_CC.write_text(" ".join(allowed + wanted))
 
     def _management_link(self, index: int, node: str) -> tuple[str, str]:
         """A veth from this namespace to ``node`` (10.254.<index>.1 here, .2 there)."""
@@ -155,6 +170,9 @@ class SshdLab:
                     server.proc.kill()
                     server.proc.wait()
         self.servers.clear()
+        if self.allowed_before is not None:
+            ALLOWED_CC.write_text(self.allowed_before)
+            self.allowed_before = None
 
     def __enter__(self) -> SshdLab:
         return self.start()

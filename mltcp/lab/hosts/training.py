@@ -4,7 +4,11 @@ For every job of a plan this puts each host's workers in a cgroup of their own
 (``mltcp-<run>/<job>`` under the host's cgroup2 mount), attaches that cgroup as an
 MLTCP job on each kernel (zero-touch: the training script only carries the optional
 hook), starts ``torchrun`` with the bundled DDP workload (:mod:`mltcp.workloads.ddp`)
-on each host over SSH, and brings the hook's per-iteration records back.  Everything
+on each host over SSH, and brings the hook's per-iteration records back.  For an MLTCP
+scheme a run-scoped ``mltcp agent`` on every kernel keeps the jobs' configs fresh (they
+expire after their stale timeout otherwise) and serves the hook's end-of-iteration
+signal on ``/tmp/mltcp-hosts-<run>/agent.sock``; the datapath's own counts (iterations,
+gap and budget boundaries, signals) are read before the jobs are detached.  Everything
 it creates is undone by :meth:`HostRun.close`, also after a failed worker, a dead host,
 Ctrl-C or SIGTERM: the cgroup's ``cgroup.kill`` ends every worker process there,
 whatever became of the SSH channel that started it.
@@ -24,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mltcp import hook
+from mltcp.core.budget import JobDescription
 from mltcp.core.errors import SpecError
 from mltcp.lab.hosts.inventory import HostSpec, Inventory
 from mltcp.lab.hosts.remote import HostFacts, RemoteHost, kernels
@@ -34,6 +39,9 @@ from mltcp.lab.scenario import Workload
 BASE_PORT = 29500                 # rendezvous port of job i: BASE_PORT + i
 WORKLOAD_MODULE = "mltcp.workloads.ddp"
 START_SLACK_S = 15.0              # torchrun, rendezvous and model build before the start
+AGENT_START_S = 30.0              # the run's agent: its socket must appear within this
+# What the datapath counted per job, from `mltcp status -j` (summed over kernels).
+DATAPATH_COUNTS = ("iteration", "gaps", "wraps", "signals", "total_bytes", "stale_fallbacks")
 # Kill every process of a cgroup ($1) and remove it (it empties a moment after the
 # kill), then its run's parent ($2) once that is empty too.
 _KILL_AND_REMOVE = ('echo 1 > "$1/cgroup.kill"; for i in 1 2 3 4 5 6 7 8 9 10; do '
@@ -85,7 +93,9 @@ class HostRun:
         self._attached: list[tuple[str, str]] = []    # (representative host, job name)
         self._cgroups: list[tuple[str, str]] = []     # (representative host, cgroup)
         self._sysctls: list[tuple[str, str]] = []     # (host, previous default cc)
+        self._agents: list[subprocess.Popen] = []     # the local ssh of each run's agent
         self._gradient_bytes: dict[object, int] = {}  # per workload
+        self.datapath_counts: dict[str, dict] = {}   # job -> DATAPATH_COUNTS, budget, history
 
     # ------------------------------------------------------------------ mapping
 
@@ -151,21 +161,62 @@ class HostRun:
             hosts = tuple(self.host_of(h) for h in job.hosts)
             name = f"{job.name}-{self.run_id}"[:32]
             on = JobOnHosts(job, hosts, name, f"mltcp-{self.run_id}/{job.name}",
-                            f"/tmp/mltcp-hosts-{self.run_id}/{job.name}")
+                            f"{self.remote_root}/{job.name}")
             self.jobs.append(on)
             for rep in sorted({self.kernel_of(h.name) for h in hosts}):
                 root = self.cgroup_roots[rep]
                 self.sessions[rep].run(["mkdir", "-p", f"{root}/{on.cgroup}"])
                 self._cgroups.append((rep, f"{root}/{on.cgroup}"))
                 if scheme.mltcp:
-                    self.remotes[rep].mltcp(*self._attach_args(on))
+                    self.remotes[rep].mltcp(*self._attach_args(on, rep))
                     self._attached.append((rep, name))
 
-    def _attach_args(self, on: JobOnHosts) -> list[str]:
+        if scheme.mltcp:
+            for rep in kernel_hosts:
+                self._start_agent(rep)
+
+    @property
+    def remote_root(self) -> str:
+        """The run's directory on every host (the hook's records, the agent's socket)."""
+        return f"/tmp/mltcp-hosts-{self.run_id}"
+
+    @property
+    def agent_socket(self) -> str:
+        return f"{self.remote_root}/agent.sock"
+
+    def _start_agent(self, rep: str) -> None:
+        """The run's ``mltcp agent`` on ``rep``'s kernel, in a cgroup of the run (so that
+        :meth:`close` ends it with the workers), up once its signal socket is there."""
+        host = self.inventory.host(rep)
+        cgroup = f"{self.cgroup_roots[rep]}/mltcp-{self.run_id}/.agent"
+        self.sessions[rep].run(["mkdir", "-p", cgroup, self.remote_root])
+        self._cgroups.append((rep, cgroup))
+        argv = [host.python, "-m", "mltcp.cli", "agent", "--interval", "1",
+                "--signal-socket", self.agent_socket]
+        script = f"echo $$ > {shlex.quote(cgroup)}/cgroup.procs && exec {shlex.join(argv)}"
+        log_path = self.workdir / f"agent-{rep}.log"
+        with log_path.open("w") as log:
+            proc = self.sessions[rep].popen(["sh", "-c", script], stdin=subprocess.DEVNULL,
+                                            stdout=log, stderr=subprocess.STDOUT)
+        self._agents.append(proc)
+        deadline = time.monotonic() + AGENT_START_S
+        while self.sessions[rep].run(["test", "-S", self.agent_socket],
+                                     check=False).returncode != 0:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                lines = [ln for ln in log_path.read_text(errors="replace").splitlines() if ln]
+                raise HostError(f"host {rep}: the run's mltcp agent did not start: "
+                                f"{lines[-1] if lines else 'no output'}")
+            time.sleep(0.2)
+
+    def _attach_args(self, on: JobOnHosts, rep: str) -> list[str]:
         scheme, job = self.plan.scheme, on.plan
+        # The budget is what the job's sockets on this kernel send per iteration: one
+        # host's share times the job's hosts on this kernel (namespace hosts share one).
+        share = JobDescription(self.gradient_bytes(on), job.spec.workers,
+                               job.spec.collective).bytes_per_iteration()
+        on_kernel = sum(1 for h in on.hosts if self.kernel_of(h.name) == rep)
         args = ["job", "attach", on.datapath_name, "--cc", scheme.cc,
-                "--gradient-bytes", str(self.gradient_bytes(on)),
-                "--workers", str(job.spec.workers), "--collective", job.spec.collective.value,
+                "--budget", str(share * on_kernel),
                 "--slope", repr(scheme.slope), "--intercept", repr(scheme.intercept),
                 "--gap-ms", repr(job.idle_gap_ms), "--cgroup", on.cgroup]
         if scheme.cap is not None:
@@ -208,6 +259,7 @@ class HostRun:
         master = on.hosts[0]
         env = {"MLTCP_HOOK_OUT": on.remote_dir, "MLTCP_JOB": on.datapath_name,
                "MLTCP_HOOK_SIGNAL": "1" if workload.signal and self.plan.scheme.mltcp else "0",
+               "MLTCP_AGENT_SOCKET": self.agent_socket,
                "MLTCP_START_AT": repr(start_at + job.start_ms / 1000),
                "GLOO_SOCKET_IFNAME": host.data_iface, "NCCL_SOCKET_IFNAME": host.data_iface,
                "NCCL_IB_DISABLE": "1", "OMP_NUM_THREADS": "1"}
@@ -266,6 +318,27 @@ class HostRun:
             out[on.plan.name] = hook.read_records(local)
         return out
 
+    def read_datapath(self) -> dict[str, dict]:
+        """What the datapath counted for each job (an MLTCP scheme's), summed over the
+        kernels it ran on: read before :meth:`close` detaches the jobs."""
+        by_name = {on.datapath_name: on.plan.name for on in self.jobs}
+        counts: dict[str, dict] = {}
+        for rep in sorted({rep for rep, _name in self._attached}):
+            statuses = self.remotes[rep].mltcp("status")
+            for st in statuses if isinstance(statuses, list) else []:
+                job = by_name.get(st.get("name"))
+                if job is None:
+                    continue
+                mine = counts.setdefault(job, dict.fromkeys(DATAPATH_COUNTS, 0)
+                                         | {"budget": 0, "history": []})
+                for key in DATAPATH_COUNTS:
+                    mine[key] += int(st.get(key, 0))
+                mine["budget"] += int(st.get("budget", 0))
+                # bytes between the last boundaries (gap or signal), oldest first
+                mine["history"] += [int(b) for b in st.get("history", [])]
+        self.datapath_counts = counts
+        return counts
+
     # ------------------------------------------------------------------ teardown
 
     def close(self) -> None:
@@ -274,11 +347,11 @@ class HostRun:
             with contextlib.suppress(Exception):
                 self.sessions[rep].run(["sh", "-c", _KILL_AND_REMOVE, "sh", cgroup,
                                         str(Path(cgroup).parent)], timeout_s=30)
-        for on in self.jobs:
-            for _host, proc in on.procs:
-                if proc.poll() is None:
-                    proc.kill()
-                proc.wait()
+        procs = [proc for on in self.jobs for _host, proc in on.procs] + self._agents
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
         for rep, name in reversed(self._attached):
             with contextlib.suppress(Exception):
                 self.remotes[rep].mltcp("job", "detach", name)
@@ -290,10 +363,9 @@ class HostRun:
             with contextlib.suppress(Exception):
                 self.sessions[host].run(["sysctl", "-qw",
                                          f"net.ipv4.tcp_congestion_control={before}"])
-        for on in self.jobs:
-            for host in dict.fromkeys(on.hosts):
-                with contextlib.suppress(Exception):
-                    self.sessions[host.name].run(["rm", "-rf", str(Path(on.remote_dir).parent)])
+        for host in self.sessions:
+            with contextlib.suppress(Exception):
+                self.sessions[host].run(["rm", "-rf", self.remote_root])
         for session in self.sessions.values():
             session.close()
         self.sessions.clear()
@@ -304,4 +376,6 @@ def _model_args(workload: Workload) -> list[str]:
     args = ["--model", workload.model, "--batch", str(workload.batch)]
     if workload.preset is not None:
         args += ["--preset", workload.preset]
+    for key, value in workload.size:
+        args += [f"--{key.replace('_', '-')}", str(value)]
     return args
