@@ -118,3 +118,33 @@ def test_report_without_traces_says_what_to_do(tmp_path):
     (tmp_path / "traces").mkdir()
     with pytest.raises(FileNotFoundError, match="run `mltcp run` first"):
         build_report(tmp_path)
+
+
+def test_steady_state_p99_counts_only_iterations_after_convergence(tmp_path):
+    """A run that starts overlapped (slow iterations) and then interleaves: the p99 after
+    convergence sees only the fast iterations; a run that never converges has none."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+
+    def job(name: str, offset_after: float) -> JobTrace:
+        its, t = [], 0.0
+        for i in range(20):
+            slow = i < 8                          # 8 overlapped iterations, then apart
+            period, comm = (0.5, 0.3) if slow else (0.2, 0.1)
+            shift = 0.0 if slow else offset_after
+            its.append(IterationRecord(i, t, t + shift, t + shift + comm, t + period, 1000))
+            t += period
+        return JobTrace(name, ("bottleneck",), tuple(its))
+
+    _trace("mltcp-cubic", 0, (job("a", 0.0), job("b", 0.1)), True).save(
+        traces / "mltcp-cubic-seed0.json")
+    _trace("cubic", 0, (_job("a", 0.5, 0.3, 0, 20), _job("b", 0.5, 0.3, 0, 20)), False).save(
+        traces / "cubic-seed0.json")
+    report = build_report(tmp_path)
+    ml, std = report["schemes"]["mltcp-cubic"], report["schemes"]["cubic"]
+    assert ml["convergence"]["per_seed"] == [8]
+    assert ml["iteration_time"]["p99"] == pytest.approx(0.5)
+    assert ml["iteration_time"]["p99_after_convergence"] == pytest.approx(0.2)
+    assert ml["iteration_time"]["p99_second_half"] == pytest.approx(0.2)
+    assert std["iteration_time"]["p99_after_convergence"] is None
+    assert std["iteration_time"]["p99_second_half"] == pytest.approx(0.5)

@@ -64,6 +64,18 @@ def _pooled_times(traces: list[Trace]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.array([])
 
 
+def _times_from(trace: Trace, first: int) -> np.ndarray:
+    """Every job's iteration times from iteration index ``first`` on."""
+    parts = [np.array([r.end - r.start for r in job.iterations if r.index >= first])
+             for job in trace.jobs]
+    return np.concatenate(parts) if parts else np.array([])
+
+
+def _p99(times: list[np.ndarray]) -> float | None:
+    pooled = np.concatenate(times) if times else np.array([])
+    return float(np.percentile(pooled, 99)) if pooled.size else None
+
+
 def _scheme_block(traces: list[Trace], summaries: list[dict]) -> dict:
     conv = [s["overall"]["convergence_iteration"] for s in summaries]
     converged = [c for c in conv if c is not None]
@@ -72,6 +84,10 @@ def _scheme_block(traces: list[Trace], summaries: list[dict]) -> dict:
     last = [metrics.overlap_last(j["overlap"]) for s in summaries for j in s["jobs"].values()
             if j["overlap"]]
     util = [u for s in summaries for u in s["overall"]["utilisation"].values() if u is not None]
+    # The steady state: after each run's convergence (converged runs only), and, for
+    # every run alike, the second half of its iterations.
+    after = [_times_from(t, c) for t, c in zip(traces, conv, strict=True) if c is not None]
+    halves = [_times_from(t, max(len(j.iterations) for j in t.jobs) // 2) for t in traces]
     return {
         "seeds": [t.seed for t in traces],
         "convergence": {"per_seed": conv, "converged_runs": len(converged),
@@ -81,7 +97,9 @@ def _scheme_block(traces: list[Trace], summaries: list[dict]) -> dict:
                                         if ratios and None not in ratios else None)},
         "iteration_time": {"mean": float(times.mean()) if times.size else None,
                            "p50": float(np.percentile(times, 50)) if times.size else None,
-                           "p99": float(np.percentile(times, 99)) if times.size else None},
+                           "p99": float(np.percentile(times, 99)) if times.size else None,
+                           "p99_after_convergence": _p99(after),
+                           "p99_second_half": _p99(halves)},
         "overlap_last": {"mean": float(np.mean(last)) if last else None},
         "utilisation": {"mean": float(np.mean(util)) if util else None},
         "drops": sum(sum(s["overall"]["drops"].values()) for s in summaries),
@@ -162,8 +180,9 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def table(report: dict) -> str:
     head = ("| scheme | converged | conv. iteration (median) | iteration / dedicated | "
-            "mean iteration | p99 iteration | overlap (last 5) | speed-up mean / p99 |")
-    lines = [head, "|" + "---|" * 8]
+            "mean iteration | p99 iteration | p99 after conv. | p99 2nd half | "
+            "overlap (last 5) | speed-up mean / p99 |")
+    lines = [head, "|" + "---|" * 10]
     for name, s in report["schemes"].items():
         sp = s["speedup"]
         speed = f"{sp['mean']:.2f}x / {sp['p99']:.2f}x vs {sp['baseline']}" if sp else "-"
@@ -173,6 +192,8 @@ def table(report: dict) -> str:
             f"{_fmt(s['ratio_to_dedicated']['mean'], '.2f')} | "
             f"{_fmt(s['iteration_time']['mean'], '.3f')} s | "
             f"{_fmt(s['iteration_time']['p99'], '.3f')} s | "
+            f"{_fmt(s['iteration_time'].get('p99_after_convergence'), '.3f')} s | "
+            f"{_fmt(s['iteration_time'].get('p99_second_half'), '.3f')} s | "
             f"{_fmt(s['overlap_last']['mean'], '.0%')} | {speed} |")
     return "\n".join(lines)
 
