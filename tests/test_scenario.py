@@ -516,3 +516,32 @@ def test_compute_jitter_must_not_be_negative() -> None:
     data = dumbbell()
     data["jobs"][0]["compute_jitter_ms"] = -1
     assert_spec_error(data, "jobs[0].compute_jitter_ms")
+
+
+# -- real-training workloads ------------------------------------------------------------
+
+
+def test_workload_sizes_the_model_for_the_hosts_backend() -> None:
+    data = dumbbell()
+    data["jobs"][0]["workload"] = {"model": "transformer", "batch": 2, "d_model": 256,
+                                   "layers": 2, "heads": 4, "seq": 16, "vocab": 8000}
+    data["jobs"][1]["workload"] = {"model": "resnet18", "image_size": 32, "signal": True}
+    a, b = parse_scenario(data).jobs
+    assert a.workload is not None and b.workload is not None
+    assert a.workload.size == (("d_model", 256), ("layers", 2), ("heads", 4), ("seq", 16),
+                               ("vocab", 8000))
+    assert a.workload.to_dict()["vocab"] == 8000 and not a.workload.signal
+    assert b.workload.size == (("image_size", 32),) and b.workload.signal
+
+
+@pytest.mark.parametrize(("workload", "field", "words"), [
+    ({"model": "resnet18", "d_model": 64}, "jobs[0].workload.d_model", "only the transformer"),
+    ({"model": "transformer", "image_size": 32}, "jobs[0].workload.image_size", "only a CNN"),
+    ({"model": "transformer", "d_model": 0}, "jobs[0].workload.d_model", "between 1"),
+    ({"model": "transformer", "d_model": 256, "heads": 3}, "jobs[0].workload.heads",
+     "do not divide"),
+])
+def test_bad_workload_size_names_the_field(workload: dict, field: str, words: str) -> None:
+    data = dumbbell()
+    data["jobs"][0]["workload"] = workload
+    assert words in str(assert_spec_error(data, field))

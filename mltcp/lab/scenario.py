@@ -65,8 +65,9 @@ _JOB_KEYS = (
 )
 # The transformer's size overrides (of its preset), as the workload's flags name them.
 WORKLOAD_SIZE_KEYS = ("d_model", "layers", "heads", "seq", "vocab")
+WORKLOAD_IMAGE_KEYS = ("image_size",)    # the CNNs' input size
 _WORKLOAD_KEYS = ("model", "batch", "preset", "backend", "gpu_time_ms", "signal",
-                  *WORKLOAD_SIZE_KEYS)
+                  *WORKLOAD_SIZE_KEYS, *WORKLOAD_IMAGE_KEYS)
 WORKLOAD_PRESETS = ("tiny", "small", "base")   # the transformer's sizes (mltcp.workloads)
 _MODEL_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 WORKLOAD_BACKENDS = ("gloo", "nccl")
@@ -296,7 +297,7 @@ class Workload:
     gpu_time_ms: float = 0.0
     signal: bool = False
     preset: str | None = None      # the transformer's size (tiny, small, base)
-    size: tuple[tuple[str, int], ...] = ()   # overrides of the preset (WORKLOAD_SIZE_KEYS)
+    size: tuple[tuple[str, int], ...] = ()   # WORKLOAD_SIZE_KEYS / WORKLOAD_IMAGE_KEYS given
 
     def to_dict(self) -> dict[str, Any]:
         out = {"model": self.model, "batch": self.batch, "backend": self.backend,
@@ -725,11 +726,12 @@ def _parse_workload(raw: object, field: str) -> Workload:
                             "drop preset, or use model = \"transformer\"")
         preset = validate.choice(t.data["preset"], t.at("preset"), WORKLOAD_PRESETS)
     size = []
-    for key in WORKLOAD_SIZE_KEYS:
+    for key in (*WORKLOAD_SIZE_KEYS, *WORKLOAD_IMAGE_KEYS):
         if key in t.data:
-            if model != "transformer":
-                raise SpecError(t.at(key), f"only the transformer is sized by {key} "
-                                f"(model {model!r})", f"drop {key}, or use model = \"transformer\"")
+            if (model == "transformer") != (key in WORKLOAD_SIZE_KEYS):
+                kind = "the transformer" if key in WORKLOAD_SIZE_KEYS else "a CNN"
+                raise SpecError(t.at(key), f"only {kind} is sized by {key} "
+                                f"(model {model!r})", f"drop {key}")
             size.append((key, validate.integer(t.data[key], t.at(key), 1, 1_000_000,
                                                f"{key} = 256")))
     sized = dict(size)
