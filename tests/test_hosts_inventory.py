@@ -84,3 +84,15 @@ def test_unreadable_and_broken_files_are_one_line(tmp_path) -> None:
     binary.write_bytes(b"\xff\xfe")
     with pytest.raises(SpecError, match=r"is not UTF-8"):
         load_inventory(binary)
+
+
+def test_one_rank_per_gpu_with_nccl_one_per_host_otherwise(tmp_path) -> None:
+    from mltcp.lab.hosts.training import ranks_on
+    from mltcp.lab.scenario import Workload
+
+    path = tmp_path / "inv.toml"
+    path.write_text(GOOD)
+    eight, none = load_inventory(path).hosts
+    nccl, gloo = Workload("resnet18", backend="nccl"), Workload("resnet18", backend="gloo")
+    assert (ranks_on(eight, nccl), ranks_on(eight, gloo)) == (8, 1)
+    assert ranks_on(none, nccl) == 1           # no GPUs listed: one rank

@@ -212,7 +212,13 @@ class HostRun:
         scheme, job = self.plan.scheme, on.plan
         # The budget is what the job's sockets on this kernel send per iteration: one
         # host's share times the job's hosts on this kernel (namespace hosts share one).
-        share = JobDescription(self.gradient_bytes(on), job.spec.workers,
+        # A host's share is one rank's of a ring over all the job's ranks: with several
+        # GPUs per host the ring leaves each host once (per channel), so its NIC sends
+        # what one rank of the whole ring sends, 2(N-1)/N of the gradients.
+        workload = job.spec.workload
+        assert workload is not None
+        ranks = sum(ranks_on(h, workload) for h in on.hosts)
+        share = JobDescription(self.gradient_bytes(on), ranks,
                                job.spec.collective).bytes_per_iteration()
         on_kernel = sum(1 for h in on.hosts if self.kernel_of(h.name) == rep)
         args = ["job", "attach", on.datapath_name, "--cc", scheme.cc,
@@ -264,7 +270,7 @@ class HostRun:
                "GLOO_SOCKET_IFNAME": host.data_iface, "NCCL_SOCKET_IFNAME": host.data_iface,
                "NCCL_IB_DISABLE": "1", "OMP_NUM_THREADS": "1"}
         torchrun = [host.python, "-m", "torch.distributed.run", f"--nnodes={len(on.hosts)}",
-                    f"--node_rank={rank}", "--nproc_per_node=1",
+                    f"--node_rank={rank}", f"--nproc_per_node={ranks_on(host, workload)}",
                     f"--master_addr={master.data_addr}", f"--master_port={BASE_PORT + job.index}",
                     "-m", WORKLOAD_MODULE, *_model_args(workload),
                     "--iterations", str(job.spec.iterations),
@@ -369,6 +375,13 @@ class HostRun:
         for session in self.sessions.values():
             session.close()
         self.sessions.clear()
+
+
+def ranks_on(host: HostSpec, workload: Workload) -> int:
+    """Ranks a job runs on ``host``: one per GPU with NCCL (the inventory's ``gpus``),
+    else one.  The ranks of one host signal the same iteration's end, which the agent
+    takes once."""
+    return host.gpus if workload.backend == "nccl" and host.gpus else 1
 
 
 def _model_args(workload: Workload) -> list[str]:
