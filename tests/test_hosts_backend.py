@@ -14,7 +14,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -152,3 +155,76 @@ def test_a_host_that_cannot_be_reached_is_one_line(hosts, tmp_path) -> None:
         run_scenario(str(scenario), tmp_path / "out", schemes=["cubic"], seeds=[0],
                      backend="hosts", backend_options={"inventory": str(broken)})
     assert os.listdir(tmp_path / "out" / "traces") == []
+
+
+def _job_pids(job: str) -> list[int]:
+    """The worker processes in a running hosts run's cgroup of ``job`` (none yet: [])."""
+    from mltcp.host import datapath
+
+    pids = []
+    for procs in datapath.cgroup2_root().glob(f"mltcp-*/{job}/cgroup.procs"):
+        pids += [int(p) for p in procs.read_text().split()]
+    return pids
+
+
+def _wait_for_training(timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while len(_job_pids("a")) < 4:     # two hosts, each a shell-exec'd torchrun and a rank
+        assert time.monotonic() < deadline, "the workers never started"
+        time.sleep(0.2)
+    time.sleep(3)
+
+
+def _assert_nothing_left() -> None:
+    from mltcp.host import datapath, jobs
+
+    assert datapath.loaded_modules() == []
+    assert jobs.Registry().read() == {}
+    assert not list(datapath.cgroup2_root().glob("mltcp-*"))
+    assert not list(Path("/tmp").glob("mltcp-hosts*"))
+    assert subprocess.run(["pgrep", "-f", "mltcp.workloads.ddp"],
+                          capture_output=True).returncode == 1, "a worker survived"
+
+
+def _run_cli(scenario: Path, inventory: Path, out: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "mltcp.cli", "run", str(scenario),
+                             "--backend", "hosts", "--inventory", str(inventory),
+                             "--scheme", "mltcp-cubic", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_sigterm_mid_training_undoes_everything(hosts, tmp_path) -> None:
+    scenario, inventory, _work = hosts
+    long = tmp_path / "long.toml"
+    long.write_text(scenario.read_text().replace("iterations = 6", "iterations = 500"))
+    proc = _run_cli(long, inventory, tmp_path / "out")
+    try:
+        _wait_for_training()
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    _assert_nothing_left()
+
+
+def test_a_failed_worker_stops_the_run_naming_it_and_undoes_everything(hosts, tmp_path) -> None:
+    scenario, inventory, _work = hosts
+    long = tmp_path / "long.toml"
+    long.write_text(scenario.read_text().replace("iterations = 6", "iterations = 500"))
+    proc = _run_cli(long, inventory, tmp_path / "out")
+    try:
+        _wait_for_training()
+        ranks = [p for p in _job_pids("a")
+                 if b"mltcp.workloads.ddp" in Path(f"/proc/{p}/cmdline").read_bytes()
+                 and b"torch.distributed.run" not in Path(f"/proc/{p}/cmdline").read_bytes()]
+        os.kill(ranks[0], signal.SIGKILL)          # one rank of job a dies
+        _out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    last = err.strip().splitlines()[-1]
+    assert re.match(r"mltcp: error: host h\d: job a worker \d exited \d+: ", last), last
+    _assert_nothing_left()
