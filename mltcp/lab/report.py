@@ -178,6 +178,10 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f} s"
+
+
 def table(report: dict) -> str:
     head = ("| scheme | converged | conv. iteration (median) | iteration / dedicated | "
             "mean iteration | p99 iteration | p99 after conv. | p99 2nd half | "
@@ -190,10 +194,10 @@ def table(report: dict) -> str:
             f"| {name} | {s['convergence']['converged_runs']}/{len(s['seeds'])} | "
             f"{_fmt(s['convergence']['median'], 'g')} | "
             f"{_fmt(s['ratio_to_dedicated']['mean'], '.2f')} | "
-            f"{_fmt(s['iteration_time']['mean'], '.3f')} s | "
-            f"{_fmt(s['iteration_time']['p99'], '.3f')} s | "
-            f"{_fmt(s['iteration_time'].get('p99_after_convergence'), '.3f')} s | "
-            f"{_fmt(s['iteration_time'].get('p99_second_half'), '.3f')} s | "
+            f"{_seconds(s['iteration_time']['mean'])} | "
+            f"{_seconds(s['iteration_time']['p99'])} | "
+            f"{_seconds(s['iteration_time'].get('p99_after_convergence'))} | "
+            f"{_seconds(s['iteration_time'].get('p99_second_half'))} | "
             f"{_fmt(s['overlap_last']['mean'], '.0%')} | {speed} |")
     return "\n".join(lines)
 
