@@ -607,9 +607,10 @@ static __always_inline void mltcp_boundary(struct mltcp_job_state *st, __u64 tai
 /*
  * CA_EVENT_TX_START: a connection sends after having nothing in flight.  With
  * nothing outstanding at all (packets_out == 0; an RTO retransmission has
- * packets out) and the job silent for longer than gap_ns, the job was
- * computing: that ends its iteration.  The restart counts as activity, so the
- * job's other connections starting a moment later add no boundary.
+ * packets out) and either an end-of-iteration signal pending or the job silent
+ * for longer than gap_ns (it was computing), that ends its iteration.  The
+ * restart counts as activity, so the job's other connections starting a moment
+ * later add no boundary.
  */
 static __always_inline void mltcp_on_tx_start(struct sock *sk, struct mltcp_flow *fl)
 {
@@ -630,7 +631,15 @@ static __always_inline void mltcp_on_tx_start(struct sock *sk, struct mltcp_flow
 		return;
 	now = bpf_ktime_get_ns();
 	bpf_spin_lock(&st->lock);
-	if (st->last_ack_ns && now - st->last_ack_ns > cfg->gap_ns) {
+	if (cfg->signal_seq != st->signal_seen) {
+		/* The training loop signalled the end of an iteration: it takes effect here,
+		 * at the next restart, when this connection's bytes are all acknowledged;
+		 * taken at the next ACK it cut off the iteration's trailing ACKs. */
+		st->signal_seen = cfg->signal_seq;
+		st->signals++;
+		mltcp_boundary(st, cfg->budget >> MLTCP_TAIL_SHIFT);
+		st->f_fp = mltcp_f_fixed(cfg, 0, cfg->budget);
+	} else if (st->last_ack_ns && now - st->last_ack_ns > cfg->gap_ns) {
 		st->gaps++;
 		mltcp_boundary(st, cfg->budget >> MLTCP_TAIL_SHIFT);
 		st->f_fp = mltcp_f_fixed(cfg, 0, cfg->budget);
@@ -652,7 +661,7 @@ static __always_inline __u32 mltcp_on_ack(struct sock *sk, struct mltcp_flow *fl
 	__u64 acked = tp->bytes_acked;
 	__u64 delta = (__u32)((__u32)acked - fl->last_bytes_acked);
 	__u32 job = fl->job_id;
-	__u64 now, budget, tail;
+	__u64 now, budget;
 	int stale;
 	__u32 f;
 
@@ -674,14 +683,8 @@ static __always_inline __u32 mltcp_on_ack(struct sock *sk, struct mltcp_flow *fl
 		goto out;
 	}
 	budget = cfg->budget;
-	tail = budget >> MLTCP_TAIL_SHIFT;
 
 	bpf_spin_lock(&st->lock);
-	if (cfg->signal_seq != st->signal_seen) {
-		st->signal_seen = cfg->signal_seq;
-		st->signals++;
-		mltcp_boundary(st, tail);
-	}
 	if (!st->bytes_in_iter)
 		st->iter_start_ns = now;
 	st->bytes_in_iter += delta;

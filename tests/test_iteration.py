@@ -39,19 +39,20 @@ class Sender:
     ) -> list[int]:
         """Send one iteration after ``idle_ns`` of compute; return F after every ACK."""
         self.now_ns += idle_ns
-        self.tracker.on_tx_start(self.now_ns)  # the first send after the compute phase
+        # the first send after the compute phase, with the loop's signal counter
+        self.tracker.on_tx_start(self.now_ns, signal_seq=signal_seq)
         self.now_ns += ACK_SPACING_NS
         fs = []
         for size in ack_sizes(total):
-            fs.append(self.tracker.on_ack(size, self.now_ns, signal_seq))
+            fs.append(self.tracker.on_ack(size, self.now_ns))
             self.now_ns += ACK_SPACING_NS
         return fs
 
     def first_ack_of_next_iteration(self, signal_seq: int = 0) -> int:
         self.now_ns += COMPUTE_NS
-        self.tracker.on_tx_start(self.now_ns)
+        self.tracker.on_tx_start(self.now_ns, signal_seq=signal_seq)
         self.now_ns += ACK_SPACING_NS
-        return self.tracker.on_ack(MSS, self.now_ns, signal_seq)
+        return self.tracker.on_ack(MSS, self.now_ns)
 
 
 @pytest.mark.parametrize(
@@ -126,10 +127,36 @@ def test_explicit_signal_marks_boundaries_without_gaps() -> None:
         sender.iteration(signal_seq=seq, idle_ns=ACK_SPACING_NS)  # no idle gap at all
     assert tracker.state.iteration == 4  # seq 1..4 marked the first four boundaries
     sender.now_ns += ACK_SPACING_NS
-    tracker.on_ack(MSS, sender.now_ns, signal_seq=5)
+    tracker.on_ack(MSS, sender.now_ns)            # the signal is no boundary at an ACK...
+    assert tracker.state.iteration == 4
+    assert tracker.on_tx_start(sender.now_ns, signal_seq=5)   # ...but at the next restart
     assert tracker.state.iteration == 5
     assert tracker.state.signal_seen == 5
-    assert tracker.state.history == [ITER_BYTES] * 5
+    assert tracker.state.history == [ITER_BYTES] * 4 + [ITER_BYTES + MSS]
+
+
+def test_a_signal_before_the_last_acks_keeps_them_in_their_iteration() -> None:
+    """The loop signals when its collective completed; its own last segments may still be
+    unacknowledged.  Those ACKs belong to the iteration that just ended, and the next one
+    starts at the next restart of sending."""
+    tracker = IterationTracker(0, GAP_NS, DEFAULT_F)
+    sender = Sender(tracker)
+    sender.iteration()
+    acks = ack_sizes(ITER_BYTES)
+    for seq in (1, 2):
+        sender.now_ns += COMPUTE_NS
+        assert tracker.on_tx_start(sender.now_ns, signal_seq=seq - 1)   # the gap, once
+        for size in acks[:-3]:
+            sender.now_ns += ACK_SPACING_NS
+            tracker.on_ack(size, sender.now_ns)
+        assert not tracker.on_tx_start(sender.now_ns, packets_out=3, signal_seq=seq)
+        for size in acks[-3:]:                          # the tail, after the signal
+            sender.now_ns += ACK_SPACING_NS
+            tracker.on_ack(size, sender.now_ns)
+    sender.now_ns += ACK_SPACING_NS                     # no gap: the signal ends it
+    assert tracker.on_tx_start(sender.now_ns, signal_seq=2)
+    assert tracker.state.history == [ITER_BYTES] * 3
+    assert tracker.state.iteration == 3
 
 
 def test_without_signal_or_gap_no_boundary() -> None:
@@ -145,8 +172,9 @@ def test_without_signal_or_gap_no_boundary() -> None:
 def test_gap_and_signal_together_count_once() -> None:
     tracker = IterationTracker(0, GAP_NS, DEFAULT_F)
     tracker.on_ack(1000, 1_000)
-    assert tracker.on_tx_start(1_000 + 2 * GAP_NS)
-    tracker.on_ack(1000, 2_000 + 2 * GAP_NS, signal_seq=7)
+    assert tracker.on_tx_start(1_000 + 2 * GAP_NS, signal_seq=7)
+    tracker.on_ack(1000, 2_000 + 2 * GAP_NS)
+    assert not tracker.on_tx_start(3_000 + 2 * GAP_NS, signal_seq=7)
     assert tracker.state.iteration == 1
     assert tracker.state.history == [1000]
 
@@ -154,10 +182,12 @@ def test_gap_and_signal_together_count_once() -> None:
 def test_signal_seq_is_a_counter_not_a_flag() -> None:
     """Any change is a boundary, including going back to 0."""
     tracker = IterationTracker(0, GAP_NS, DEFAULT_F)
-    tracker.on_ack(100, 1_000, signal_seq=3)  # 0 -> 3: boundary, but nothing sent yet
+    assert tracker.on_tx_start(1_000, signal_seq=3)  # 0 -> 3: boundary, but nothing sent yet
     assert tracker.state.iteration == 0
-    tracker.on_ack(100, 2_000, signal_seq=3)
-    tracker.on_ack(100, 3_000, signal_seq=0)  # 3 -> 0: boundary
+    tracker.on_ack(100, 1_000)
+    assert not tracker.on_tx_start(1_500, signal_seq=3)
+    tracker.on_ack(100, 2_000)
+    assert tracker.on_tx_start(3_000, signal_seq=0)  # 3 -> 0: boundary
     assert tracker.state.iteration == 1
     assert tracker.state.history == [200]
 
@@ -239,8 +269,9 @@ def test_huge_ack_wraps_once_and_clears() -> None:
 def test_history_keeps_last_eight_newest_last() -> None:
     tracker = IterationTracker(0, GAP_NS, DEFAULT_F)
     for i in range(1, 12):
-        tracker.on_ack(i * 100, 1_000 * i, signal_seq=i)
-    tracker.on_ack(1, 1_000 * 12, signal_seq=12)
+        tracker.on_tx_start(1_000 * i, signal_seq=i)
+        tracker.on_ack(i * 100, 1_000 * i)
+    tracker.on_tx_start(1_000 * 12, signal_seq=12)
     assert len(tracker.state.history) == HISTORY_LEN == 8
     assert tracker.state.history == [i * 100 for i in range(4, 12)]
     assert tracker.state.last_iter_bytes == 1100

@@ -18,7 +18,13 @@ An iteration ends at a *boundary*, which has three sources:
    phases, and the restart itself counts as activity, so the job's other connections
    starting a moment later do not add boundaries.
 3. **Explicit signal.** The training loop bumps a per-job sequence number (via a map)
-   at each iteration start; any change is a boundary, even without an idle gap.
+   when an iteration's communication is over; any change is a boundary at the job's
+   next restart of sending (the TX_START above, also without an idle gap).  Not at the
+   next ACK: when the loop learns that its collective completed, its own last segments
+   can still be unacknowledged, and a boundary there would cut off that tail (measured
+   on DDP: up to ~0.5 MB early, and now and then the tail counted as an iteration).
+   Back-to-back iterations whose connections never go idle keep the signal pending;
+   the budget wrap still ends their iterations.
 
 A gap/signal boundary after a wrap usually finds only a small tail (the budget was a
 little low, or headers/rounding differ). Tails of at most ``budget >> tail_shift``
@@ -119,12 +125,16 @@ class IterationTracker:
         st.bytes_in_iter = 0
         st.bytes_since_gap = 0
 
-    def on_tx_start(self, now_ns: int, packets_out: int = 0) -> bool:
+    def on_tx_start(self, now_ns: int, packets_out: int = 0, signal_seq: int | None = None
+                    ) -> bool:
         """A connection of the job starts sending after being idle; True if that was a
-        boundary (the job had been silent for more than ``gap_ns``).
+        boundary (an end-of-iteration signal is pending, or the job had been silent for
+        more than ``gap_ns``).
 
         ``packets_out`` is what the connection still has outstanding: a restart with
         data in flight is a loss recovery (after an RTO), never a compute gap.
+        ``signal_seq`` is the job's current signal counter (not an event flag; None: as
+        last seen): a different value than the last one seen is a pending signal.
         """
         st = self.state
         if packets_out:
@@ -134,21 +144,20 @@ class IterationTracker:
                 "now_ns", f"went backwards ({now_ns} < {st.last_ack_ns})",
                 "pass a monotonic clock such as time.monotonic_ns()",
             )
-        boundary = st.last_ack_ns != 0 and now_ns - st.last_ack_ns > self.gap_ns
+        signalled = signal_seq is not None and signal_seq != st.signal_seen
+        if signalled:
+            st.signal_seen = signal_seq  # type: ignore[assignment]
+        boundary = signalled or (st.last_ack_ns != 0 and now_ns - st.last_ack_ns > self.gap_ns)
         if boundary:
             self._boundary()
             st.f_fp = self.agg.f_fixed(0, self._budget)
         st.last_ack_ns = now_ns  # the restart is activity: the job's other flows add no gap
         return boundary
 
-    def on_ack(
-        self, delta_bytes: int, now_ns: int, signal_seq: int = 0, stale: bool = False
-    ) -> int:
+    def on_ack(self, delta_bytes: int, now_ns: int, stale: bool = False) -> int:
         """Account ``delta_bytes`` newly acked at ``now_ns`` and return the new F (Q16.16).
 
-        ``signal_seq`` is the job's current signal counter (not an event flag): pass
-        the same value on every ACK and a different one to mark a boundary. ``stale``
-        means the job's budget or config is not trusted right now, so F is 1.
+        ``stale`` means the job's budget or config is not trusted right now, so F is 1.
         """
         st = self.state
         if delta_bytes < 0:
@@ -159,10 +168,6 @@ class IterationTracker:
                 "pass a monotonic clock such as time.monotonic_ns()",
             )
         budget = self._budget
-        if signal_seq != st.signal_seen:  # explicit signal from the training loop
-            st.signal_seen = signal_seq
-            self._boundary()
-
         st.bytes_in_iter += delta_bytes
         st.bytes_since_gap += delta_bytes
         st.total_bytes += delta_bytes

@@ -324,7 +324,8 @@ def detach_all(registry: Registry | None = None) -> list[str]:
 
 
 def signal(name: str, registry: Registry | None = None) -> int:
-    """Explicit end-of-iteration signal: the next ACK of the job starts a new iteration.
+    """Explicit end-of-iteration signal: the job's next restart of sending (after its
+    iteration's bytes are acknowledged) starts a new iteration.
     Under the host lock, so the agent's refresh (which rewrites the config with the
     sequence number it read) cannot lose it."""
     registry = registry or Registry()
