@@ -384,3 +384,48 @@ def test_bad_input_raises_spec_error_naming_the_field(field, call):
     message = str(err.value)
     assert message.startswith(f"{field}: ") and "\n" not in message
     assert err.value.fix
+
+
+# Iteration times like 241/153/233 ms: at every resolution up to 5 ms their LCM is over
+# 100 s, at 10 ms it is 27.6 s, where 5-degree bins (383 ms) are longer than every period.
+HETEROGENEOUS = (JobDemand("a", 241, (Phase(141, 100, 1000),)),
+                 JobDemand("b", 153, (Phase(90, 60, 1000),)),
+                 JobDemand("c", 233, (Phase(135, 95, 1000),)))
+
+
+def test_a_long_unified_circle_is_divided_finer_instead_of_refused():
+    step = cassini.adapted_step_deg(HETEROGENEOUS, 5.0, resolution_ms=10)
+    assert 27600 / (360 / step) * cassini.MIN_BINS_PER_PERIOD <= 150   # 8 bins per period
+    result = cassini.schedule({"l": list(HETEROGENEOUS)}, {"l": 1000.0}, 5.0, resolution_ms=10)
+    solution = result.link_solutions["l"]
+    assert solution.perimeter_ms == pytest.approx(27600)
+    unshifted = cassini.compatibility_score(list(HETEROGENEOUS), 1000.0, None, step,
+                                            resolution_ms=10)
+    assert solution.score > unshifted        # the shifts found do better than none
+    # Periods that each span a bin already keep the step, so earlier results stand.
+    same = (JobDemand("a", 120, (Phase(0, 50, 1000),)), JobDemand("b", 120, (Phase(0, 50, 1000),)))
+    assert cassini.adapted_step_deg(same, 5.0) == 5.0
+
+
+def test_heterogeneous_jobs_get_cassini_shifts_in_the_lab():
+    """What `mltcp compare` stopped on: three jobs of ~241/153/233 ms iterations."""
+    import copy
+    import tomllib
+    from importlib import resources
+
+    from mltcp.lab.plan import resolve
+    from mltcp.lab.scenario import Scheme, parse_scenario
+    from mltcp.lab.schedule import cassini_shifts, job_demand
+
+    raw = tomllib.loads(resources.files("mltcp.lab").joinpath(
+        "scenarios", "three-jobs.toml").read_text())
+    raw = copy.deepcopy(raw)
+    comm_ms = {"a": 6e6, "b": 8e6, "c": 10e6}
+    for job, period in zip(raw["jobs"], (241.0, 153.0, 233.0), strict=True):
+        comm = comm_ms[job["name"]] * 8 / (1000e6 * 1448 / 1514) * 1000
+        job["compute_ms"] = round(period - comm, 3)
+    scenario = parse_scenario(raw)
+    plan = resolve(scenario, Scheme("cassini", "cubic", False, schedule="cassini"), 0)
+    assert sorted(round(job_demand(j, plan).period_ms) for j in plan.jobs) == [153, 233, 241]
+    shifts = cassini_shifts(plan)
+    assert set(shifts) == {"a", "b", "c"} and any(v > 0 for v in shifts.values())

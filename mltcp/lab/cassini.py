@@ -75,6 +75,10 @@ DEFAULT_STEP_DEG = 5.0
 DEFAULT_RESOLUTION_MS = 1.0
 DEFAULT_MAX_PERIMETER_MS = 100_000.0
 MAX_BINS = 36_000
+# When jobs' periods differ a lot, their unified circle is long and a fixed angular step
+# can be longer than a whole period; the circle is then divided finer, so that the
+# shortest period spans at least this many bins.
+MIN_BINS_PER_PERIOD = 8
 EXHAUSTIVE_LIMIT = 50_000
 DEFAULT_ROUNDS = 100
 MAX_SWEEPS = 25
@@ -323,6 +327,29 @@ def _cumulative(job: JobDemand, period: float, x: np.ndarray) -> np.ndarray:
     within = x - turns * period
     covered = np.clip(within[:, None] - starts[None, :], 0.0, durations[None, :])
     return turns * float(demands @ durations) + covered @ demands
+
+
+def adapted_step_deg(jobs: Sequence[JobDemand], step_deg: float = DEFAULT_STEP_DEG,
+                     resolution_ms: float = DEFAULT_RESOLUTION_MS) -> float:
+    """``step_deg``, or a finer step where at ``step_deg`` some job's period would span
+    less than one bin of the jobs' unified circle (heterogeneous periods: a long LCM).
+    The finer step gives the shortest period ``MIN_BINS_PER_PERIOD`` bins.  Where every
+    period spans a bin already, the step (and so every result) is left as it is.
+    Raises the ``step_deg`` SpecError when even ``MAX_BINS`` bins are too coarse (a
+    coarser ``resolution_ms`` shortens the circle)."""
+    jobs = _check_jobs(jobs)
+    n_bins = _bins(step_deg)
+    perimeter = unified_perimeter_ms({j.name: j.period_ms for j in jobs}, resolution_ms)
+    res = float(resolution_ms)
+    shortest = min(max(1, round(j.period_ms / res)) * res for j in jobs)
+    if n_bins * shortest / perimeter >= 1:
+        return step_deg
+    needed = math.ceil(MIN_BINS_PER_PERIOD * perimeter / shortest)
+    if needed > MAX_BINS:
+        raise SpecError("step_deg", f"a {shortest:g} ms period spans under one bin of the "
+                        f"{perimeter:g} ms unified circle even at {MAX_BINS} bins",
+                        "use a coarser resolution_ms so the periods have a smaller LCM")
+    return 360.0 / needed
 
 
 def _make_circle(jobs: Sequence[JobDemand], step_deg: float, perimeter_ms: float | None,
@@ -952,8 +979,9 @@ def _solve_links(links: Mapping[str, tuple[JobDemand, ...]], capacities: Mapping
                                            found.shifts_ms, found.periods_ms,
                                            found.perimeter_ms, found.exact, 0)
             continue
-        solutions[link] = best_rotations(jobs, cap, step_deg, link,
-                                         resolution_ms=resolution_ms)
+        solutions[link] = best_rotations(jobs, cap,
+                                         adapted_step_deg(jobs, step_deg, resolution_ms),
+                                         link, resolution_ms=resolution_ms)
         if cache is not None:
             cache[key] = solutions[link]
     return solutions
