@@ -89,3 +89,19 @@ def test_the_netns_hook_stays_out_while_the_cli_unwinds() -> None:
             assert signals.unwinds(signal.getsignal(signal.SIGTERM))
         finally:
             netns.untrack(obj)
+
+
+def test_a_command_ended_by_a_signal_ignores_later_ones_on_its_way_out() -> None:
+    """`mltcp run` exits 128 + N after its teardown; a second SIGTERM arriving after the
+    teardown (while the interpreter exits) must not kill it with the default action."""
+    before = {s: signal.getsignal(s) for s in signals.TEARDOWN_SIGNALS}
+    try:
+        with pytest.raises(Terminated), signals.unwinding(exiting=True):
+            _send(signal.SIGTERM)
+        for s in signals.TEARDOWN_SIGNALS:
+            assert signal.getsignal(s) not in (before[s], signal.SIG_DFL)
+        _send(signal.SIGTERM)                    # still alive: ignored
+        _send(signal.SIGHUP)
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)

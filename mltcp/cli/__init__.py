@@ -91,7 +91,7 @@ def _command(args: argparse.Namespace) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    guard = (signals.unwinding() if getattr(args, "teardown_signals", False)
+    guard = (signals.unwinding(exiting=True) if getattr(args, "teardown_signals", False)
              else contextlib.nullcontext())
     try:
         output.check(args, _command(args))

@@ -89,6 +89,11 @@ def _handler(signo: int, frame: FrameType | None) -> None:
 _handler.mltcp_unwinds = True  # type: ignore[attr-defined]
 
 
+def _late(signo: int, frame: FrameType | None) -> None:
+    """A teardown signal after the teardown, while the command exits: ignored (silently:
+    the main thread may be writing its last line, and a write from here could collide)."""
+
+
 def unwinds(handler: Any) -> bool:
     """Whether ``handler`` is this module's: a signal then unwinds the main thread, so a
     library's own last-resort signal hook (:mod:`mltcp.lab.emulation.netns`) stays out."""
@@ -96,10 +101,16 @@ def unwinds(handler: Any) -> bool:
 
 
 @contextlib.contextmanager
-def unwinding(signals: tuple[signal.Signals, ...] = TEARDOWN_SIGNALS) -> Iterator[None]:
+def unwinding(signals: tuple[signal.Signals, ...] = TEARDOWN_SIGNALS,
+              exiting: bool = False) -> Iterator[None]:
     """While inside, each of ``signals`` raises :class:`Terminated` in the main thread
     (only the first; later ones are ignored).  Outside the main thread it does nothing:
-    Python delivers signals to the main thread only."""
+    Python delivers signals to the main thread only.
+
+    ``exiting``: the process ends when a teardown signal has unwound it (a command), so
+    after such an unwinding later signals stay ignored instead of getting their previous
+    handlers back: the default would kill the process on its way out, after the teardown,
+    and it would not exit 128 + N."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -114,8 +125,12 @@ def unwinding(signals: tuple[signal.Signals, ...] = TEARDOWN_SIGNALS) -> Iterato
             signal.signal(s, _handler)
         yield
     finally:
+        ended_by_signal = exiting and _state.received is not None
         for s, handler in previous.items():
-            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+            if ended_by_signal:
+                signal.signal(s, _late)
+            else:
+                signal.signal(s, handler if handler is not None else signal.SIG_DFL)
         if not outer:
             _state.active = False
             _state.received = _state.pending = None
