@@ -186,18 +186,19 @@ def _assert_nothing_left() -> None:
                           capture_output=True).returncode == 1, "a worker survived"
 
 
-def _run_cli(scenario: Path, inventory: Path, out: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "mltcp.cli", "run", str(scenario),
+def _long_run(hosts, tmp_path: Path) -> subprocess.Popen[str]:  # type: ignore[no-untyped-def]
+    """`mltcp run` of the scenario with 500 iterations (it will not end by itself)."""
+    scenario, inventory, _work = hosts
+    long = tmp_path / "long.toml"
+    long.write_text(scenario.read_text().replace("iterations = 6", "iterations = 500"))
+    return subprocess.Popen([sys.executable, "-m", "mltcp.cli", "run", str(long),
                              "--backend", "hosts", "--inventory", str(inventory),
-                             "--scheme", "mltcp-cubic", "--out", str(out)],
+                             "--scheme", "mltcp-cubic", "--out", str(tmp_path / "out")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_sigterm_mid_training_undoes_everything(hosts, tmp_path) -> None:
-    scenario, inventory, _work = hosts
-    long = tmp_path / "long.toml"
-    long.write_text(scenario.read_text().replace("iterations = 6", "iterations = 500"))
-    proc = _run_cli(long, inventory, tmp_path / "out")
+    proc = _long_run(hosts, tmp_path)
     try:
         _wait_for_training()
         proc.send_signal(signal.SIGTERM)
@@ -210,10 +211,7 @@ def test_sigterm_mid_training_undoes_everything(hosts, tmp_path) -> None:
 
 
 def test_a_failed_worker_stops_the_run_naming_it_and_undoes_everything(hosts, tmp_path) -> None:
-    scenario, inventory, _work = hosts
-    long = tmp_path / "long.toml"
-    long.write_text(scenario.read_text().replace("iterations = 6", "iterations = 500"))
-    proc = _run_cli(long, inventory, tmp_path / "out")
+    proc = _long_run(hosts, tmp_path)
     try:
         _wait_for_training()
         ranks = [p for p in _job_pids("a")

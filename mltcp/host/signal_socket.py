@@ -60,7 +60,7 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
     return pid, uid, gid
 
 
-def process_cgroup(pid: int, root: Path | None = None) -> Path | None:
+def process_cgroup(pid: int) -> Path | None:
     """The cgroup v2 directory ``pid`` is in, or None (gone, or no v2 entry)."""
     try:
         text = Path(f"/proc/{pid}/cgroup").read_text()
@@ -68,8 +68,7 @@ def process_cgroup(pid: int, root: Path | None = None) -> Path | None:
         return None
     for line in text.splitlines():
         if line.startswith("0::"):
-            base = root if root is not None else datapath.cgroup2_root()
-            return base / line[3:].lstrip("/")
+            return datapath.cgroup2_root() / line[3:].lstrip("/")
     return None
 
 

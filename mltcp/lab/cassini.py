@@ -329,6 +329,12 @@ def _cumulative(job: JobDemand, period: float, x: np.ndarray) -> np.ndarray:
     return turns * float(demands @ durations) + covered @ demands
 
 
+def _rounded_periods(jobs: Sequence[JobDemand], resolution_ms: float) -> tuple[float, ...]:
+    """The periods as the unified circle uses them: multiples of ``resolution_ms``."""
+    res = float(resolution_ms)
+    return tuple(max(1, round(j.period_ms / res)) * res for j in jobs)
+
+
 def adapted_step_deg(jobs: Sequence[JobDemand], step_deg: float = DEFAULT_STEP_DEG,
                      resolution_ms: float = DEFAULT_RESOLUTION_MS) -> float:
     """``step_deg``, or a finer step where at ``step_deg`` some job's period would span
@@ -340,8 +346,7 @@ def adapted_step_deg(jobs: Sequence[JobDemand], step_deg: float = DEFAULT_STEP_D
     jobs = _check_jobs(jobs)
     n_bins = _bins(step_deg)
     perimeter = unified_perimeter_ms({j.name: j.period_ms for j in jobs}, resolution_ms)
-    res = float(resolution_ms)
-    shortest = min(max(1, round(j.period_ms / res)) * res for j in jobs)
+    shortest = min(_rounded_periods(jobs, resolution_ms))
     if n_bins * shortest / perimeter >= 1:
         return step_deg
     needed = math.ceil(MIN_BINS_PER_PERIOD * perimeter / shortest)
@@ -358,8 +363,7 @@ def _make_circle(jobs: Sequence[JobDemand], step_deg: float, perimeter_ms: float
     n_bins = _bins(step_deg)
     if perimeter_ms is None:
         perimeter = unified_perimeter_ms({j.name: j.period_ms for j in jobs}, resolution_ms)
-        res = float(resolution_ms)
-        periods = tuple(max(1, round(j.period_ms / res)) * res for j in jobs)
+        periods = _rounded_periods(jobs, resolution_ms)
     else:
         perimeter = _finite("perimeter_ms", perimeter_ms, "give the circle's perimeter in ms")
         if perimeter <= 0:

@@ -97,7 +97,7 @@ def _scheme_block(traces: list[Trace], summaries: list[dict]) -> dict:
                                         if ratios and None not in ratios else None)},
         "iteration_time": {"mean": float(times.mean()) if times.size else None,
                            "p50": float(np.percentile(times, 50)) if times.size else None,
-                           "p99": float(np.percentile(times, 99)) if times.size else None,
+                           "p99": _p99([times]),
                            "p99_after_convergence": _p99(after),
                            "p99_second_half": _p99(halves)},
         "overlap_last": {"mean": float(np.mean(last)) if last else None},
