@@ -4,8 +4,12 @@ teardown short, and a step under deferred() finishes before the signal lands."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -105,3 +109,36 @@ def test_a_command_ended_by_a_signal_ignores_later_ones_on_its_way_out() -> None
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)
+
+
+_EXITING_COMMAND = """
+import signal, sys
+from mltcp.core import signals
+def main():
+    try:
+        with signals.unwinding(exiting=True):
+            print("ready", flush=True)
+            while True:
+                signal.pause()
+    except signals.Terminated as exc:
+        return exc.exit_code
+sys.exit(main())
+"""
+
+
+def test_signals_while_the_interpreter_exits_do_not_kill_it() -> None:
+    """The interpreter's finalization resets Python signal handlers to the default; a
+    SIGTERM landing there killed `mltcp run` (-15) after a quick teardown.  SIGTERM every
+    millisecond from the first until the process is gone: it still exits 143 (each of 10
+    runs; with a Python handler left in place most of them died with -15)."""
+    for _ in range(10):
+        proc = subprocess.Popen([sys.executable, "-c", _EXITING_COMMAND], text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
+            time.sleep(0.001)
+        proc.stdout.close()
+        assert proc.wait(timeout=5) == 128 + signal.SIGTERM

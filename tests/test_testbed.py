@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -274,9 +275,12 @@ def test_a_second_signal_does_not_cut_the_teardown_short(clean_datapath, tmp_pat
     run = _long_run(tmp_path)
     _until_running(run)
     run.send_signal(signal.SIGTERM)
-    time.sleep(0.05)                              # inside the teardown by now
-    run.send_signal(signal.SIGTERM)
-    run.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 60
+    while run.poll() is None and time.monotonic() < deadline:   # teardown, then exit
+        time.sleep(0.01)
+        for impatient in (signal.SIGTERM, signal.SIGHUP):
+            with contextlib.suppress(ProcessLookupError):
+                run.send_signal(impatient)
     _out, err = run.communicate(timeout=60)
     assert run.returncode == 128 + signal.SIGTERM, err
     _no_leftovers()

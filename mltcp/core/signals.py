@@ -25,7 +25,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
@@ -62,6 +62,7 @@ class _State:
     pending: int | None = None     # one that arrived inside deferred(), not raised yet
     depth: int = 0                 # nesting of deferred()
     active: bool = False           # unwinding() is installed
+    said_ignored: set[int] = field(default_factory=set)   # signals whose "ignored" was said
 
 
 _state = _State()
@@ -74,8 +75,10 @@ def _say(message: str) -> None:
 
 def _handler(signo: int, frame: FrameType | None) -> None:
     if _state.received is not None:
-        _say(f"{name(signo)} during teardown: ignored, still cleaning up "
-             "(SIGKILL would stop at once and leave the rest behind)")
+        if signo not in _state.said_ignored:   # once each: a burst must not recurse here
+            _state.said_ignored.add(signo)
+            _say(f"{name(signo)} during teardown: ignored, still cleaning up "
+                 "(SIGKILL would stop at once and leave the rest behind)")
         return
     if _state.depth > 0:
         if _state.pending is None:
@@ -87,11 +90,6 @@ def _handler(signo: int, frame: FrameType | None) -> None:
 
 
 _handler.mltcp_unwinds = True  # type: ignore[attr-defined]
-
-
-def _late(signo: int, frame: FrameType | None) -> None:
-    """A teardown signal after the teardown, while the command exits: ignored (silently:
-    the main thread may be writing its last line, and a write from here could collide)."""
 
 
 def unwinds(handler: Any) -> bool:
@@ -110,7 +108,10 @@ def unwinding(signals: tuple[signal.Signals, ...] = TEARDOWN_SIGNALS,
     ``exiting``: the process ends when a teardown signal has unwound it (a command), so
     after such an unwinding later signals stay ignored instead of getting their previous
     handlers back: the default would kill the process on its way out, after the teardown,
-    and it would not exit 128 + N."""
+    and it would not exit 128 + N.  Ignored by ``SIG_IGN``, silently, not by a Python
+    handler: the interpreter's finalization puts every Python handler back to the default
+    (a SIGTERM 50 ms after the first, when the teardown was quick, killed ``mltcp run``
+    with -15 there) but leaves ``SIG_IGN`` alone."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -120,6 +121,7 @@ def unwinding(signals: tuple[signal.Signals, ...] = TEARDOWN_SIGNALS,
         _state.received = _state.pending = None
         _state.depth = 0
         _state.active = True
+        _state.said_ignored.clear()
     try:
         for s in signals:
             signal.signal(s, _handler)
@@ -128,7 +130,7 @@ def unwinding(signals: tuple[signal.Signals, ...] = TEARDOWN_SIGNALS,
         ended_by_signal = exiting and _state.received is not None
         for s, handler in previous.items():
             if ended_by_signal:
-                signal.signal(s, _late)
+                signal.signal(s, signal.SIG_IGN)
             else:
                 signal.signal(s, handler if handler is not None else signal.SIG_DFL)
         if not outer:
