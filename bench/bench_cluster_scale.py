@@ -1,14 +1,18 @@
 """The fluid engine at cluster scale: wall time and peak memory against the number of jobs.
 
 Issue 14's target: 1,000 concurrent jobs x 1,000 iterations on a >= 2,048-GPU leaf-spine
-in <= 60 s and <= 4 GB on this 2-core machine.  This bench poses that workload (and
-smaller ones) as generated scenarios on a 256-server leaf-spine (32 leaves x 8 servers,
-8 spines, 4:1 oversubscription; each job a ring over 2-8 servers placed at random, 10-100
-MB per iteration, 50-300 ms of compute), runs each size in a process of its own (so the
-peak resident memory is that run's), under a time limit, and reports per size: wall
-seconds, peak RSS, engine events, and where a size ran past its limit the events per
-second it reached and the iterations it would take at that pace.  Runs the standard
-scheme and MLTCP (whose F steps add events).  Link samples are off (record_links=False):
+in <= 60 s and <= 4 GB on this 2-core machine.  This bench poses it on the cluster
+model's fabric (:mod:`mltcp.lab.cluster`): 384 servers x 8 GPUs (3,072 GPUs; 48 leaves
+x 8 servers, 8 spines, 100 Gbit/s NICs, 4:1 oversubscribed uplinks), N jobs of 1-16
+GPUs (half of them one GPU, as in production traces; 2.4 GPUs on average, so 1,000
+jobs hold ~2,400 GPUs at once), each a ring over its servers with 25-350 MB of
+gradients and 50-400 ms of compute per iteration, placed by a policy:
+``consolidated`` (as few servers as possible: most jobs never touch the network) or
+``random`` (every multi-GPU job spread over servers: the network-heavy end).  Each
+size runs in a process of its own (so the peak resident memory is that run's) under a
+time limit, and reports wall seconds, peak RSS, engine events, the flow rates computed
+per event (the engine's locality), and where a size ran past its limit how far it got.
+Standard congestion control and MLTCP (whose F steps add events).  No link samples:
 at this scale only the jobs' iterations are asked for.
 
     python bench/bench_cluster_scale.py --out bench/results/cluster-scale.json
@@ -26,80 +30,71 @@ import sys
 import time
 from pathlib import Path
 
-LEAVES, SERVERS_PER_LEAF, SPINES, OVERSUBSCRIPTION = 32, 8, 8, 4.0
+LEAVES, SERVERS_PER_LEAF, SPINES, OVERSUBSCRIPTION, NIC_GBIT = 48, 8, 8, 4.0, 100.0
+GPU_SHARES = {1: 0.5, 2: 0.3, 4: 0.12, 8: 0.06, 16: 0.02}
 
 
-def scenario(jobs: int, iterations: int, seed: int = 0) -> dict:
-    """The generated cluster as a scenario table (what load_scenario reads)."""
+def workload(jobs: int, iterations: int, policy: str, seed: int = 0):  # type: ignore[no-untyped-def]
+    """The fabric and the placed jobs (all running at once)."""
+    import numpy as np
+
+    from mltcp.lab.cluster.fabric import LeafSpine
+    from mltcp.lab.cluster.jobs import PlacedJob
+    from mltcp.lab.cluster.placement import POLICIES
+
+    fabric = LeafSpine(LEAVES, SERVERS_PER_LEAF, SPINES, 8, NIC_GBIT, OVERSUBSCRIPTION)
     rng = random.Random(seed)
-    servers = [f"h{i + 1}" for i in range(LEAVES * SERVERS_PER_LEAF)]
-    table: dict = {
-        "name": f"cluster-{jobs}x{iterations}", "seeds": [seed],
-        "topology": {"kind": "leaf_spine", "leaves": LEAVES, "spines": SPINES,
-                     "hosts_per_leaf": SERVERS_PER_LEAF, "host_link_mbit": 10_000,
-                     "oversubscription": OVERSUBSCRIPTION, "queue_packets": 400},
-        "jobs": [],
-        "schemes": [{"name": "cubic", "cc": "cubic", "mltcp": False},
-                    {"name": "mltcp-cubic", "cc": "cubic", "mltcp": True, "slope": 4.0}],
-    }
+    free = np.full(fabric.servers, fabric.gpus_per_server)
+    placed = []
     for j in range(jobs):
-        workers = rng.choice((2, 4, 8))
-        # over 2..workers leaves (the scenario format wants a job to cross the spine)
-        leaves = rng.sample(range(LEAVES), rng.randint(2, workers))
-        pool = [servers[leaf * SERVERS_PER_LEAF + k] for leaf in leaves
-                for k in range(SERVERS_PER_LEAF)]
-        placement = [servers[leaves[0] * SERVERS_PER_LEAF + rng.randrange(SERVERS_PER_LEAF)],
-                     servers[leaves[1] * SERVERS_PER_LEAF + rng.randrange(SERVERS_PER_LEAF)]]
-        placement += rng.sample([h for h in pool if h not in placement], workers - 2)
-        table["jobs"].append({
-            "name": f"j{j}", "compute_ms": rng.randint(50, 300),
-            "bytes_per_iteration": f"{rng.randint(10, 100)}MB", "workers": workers,
-            "iterations": iterations, "placement": placement,
-            "start_offset_ms": rng.randint(0, 1000)})
-    return table
+        gpus = rng.choices(list(GPU_SHARES), weights=list(GPU_SHARES.values()))[0]
+        where = POLICIES[policy](fabric, free, gpus, rng)
+        if where is None:
+            raise SystemExit(f"{jobs} jobs do not fit {fabric.gpus} GPUs")
+        for server, n in where:
+            free[server] -= n
+        placed.append(PlacedJob(f"j{j}", where, compute_s=rng.uniform(0.05, 0.4),
+                                gradient_bytes=rng.uniform(25e6, 350e6),
+                                iterations=iterations, start_s=rng.uniform(0, 1)))
+    return fabric, placed
 
 
-def _run(jobs: int, iterations: int, scheme: str, limit_s: float, conn) -> None:  # type: ignore[no-untyped-def]
-    """One size in a child process: build, run, report (events reached on a timeout)."""
-    import signal
+def _run(jobs: int, iterations: int, scheme: str, policy: str, limit_s: float,
+         conn) -> None:  # type: ignore[no-untyped-def]
+    """One size in a child process: place, run the engine in slices of simulated time
+    until done or past the limit, report (how far it got where it was stopped)."""
+    import numpy as np
 
-    from mltcp.lab.models import fluid
-    from mltcp.lab.plan import resolve
-    from mltcp.lab.scenario import parse_scenario
+    from mltcp.core.aggressiveness import Aggressiveness
+    from mltcp.lab.cluster.jobs import engine_state
+    from mltcp.lab.models import fluid_engine
 
-    events = [0]
-    original = fluid._Simulation.advance      # counted: one call per engine event
-
-    def count(self):  # type: ignore[no-untyped-def]
-        events[0] += 1
-        return original(self)
-
-    fluid._Simulation.advance = count  # type: ignore[method-assign]
-    sc = parse_scenario(scenario(jobs, iterations), "generated")
-    plan = resolve(sc, next(s for s in sc.schemes if s.name == scheme), 0)
     t0 = time.perf_counter()
-
-    def timeout(*_):  # type: ignore[no-untyped-def]
-        conn.send({"finished": False, "wall_s": time.perf_counter() - t0, "events": events[0],
-                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
-        conn.close()
-        sys.exit(0)
-
-    signal.signal(signal.SIGALRM, timeout)
-    signal.setitimer(signal.ITIMER_REAL, limit_s)
-    [trace] = fluid.run_many([plan], fluid.FluidOptions(), record_links=False)
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    done = sum(len(j.iterations) for j in trace.jobs)
-    conn.send({"finished": True, "wall_s": time.perf_counter() - t0, "events": events[0],
-               "job_iterations": done,
+    fabric, placed = workload(jobs, iterations, policy)
+    f = Aggressiveness(slope=4.0, intercept=1.0) if scheme == "mltcp" else None
+    st = engine_state(fabric, placed, f)
+    fluid_engine.advance_until(st, 0.0, 10**9)          # compiled (or loaded) before timing
+    plan_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    until, status = 0.0, fluid_engine.RUNNING
+    while status == fluid_engine.RUNNING and time.perf_counter() - t1 < limit_s:
+        until += 5.0
+        status = fluid_engine.advance_until(st, until, 10**10)
+    wall = time.perf_counter() - t1
+    conn.send({"finished": status == fluid_engine.DONE, "wall_s": wall, "plan_s": plan_s,
+               "events": st.events, "rates_per_event": st.recomputed / max(st.events, 1),
+               "simulated_s": st.t, "flows": len(st.flow_job),
+               "networked_jobs": int(sum(len(j.gpus) > 1 for j in placed)),
+               "gpus_used": int(sum(j.gpu_count for j in placed)),
+               "job_iterations": int(np.isfinite(st.end).sum()),
                "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
     conn.close()
 
 
-def measure(jobs: int, iterations: int, scheme: str, limit_s: float) -> dict:
+def measure(jobs: int, iterations: int, scheme: str, policy: str, limit_s: float) -> dict:
     parent, child = mp.Pipe(duplex=False)
-    proc = mp.get_context("fork").Process(target=_run,
-                                          args=(jobs, iterations, scheme, limit_s, child))
+    proc = mp.get_context("fork").Process(
+        target=_run, args=(jobs, iterations, scheme, policy, limit_s, child))
     proc.start()
     child.close()
     try:
@@ -107,7 +102,8 @@ def measure(jobs: int, iterations: int, scheme: str, limit_s: float) -> dict:
     except EOFError:                  # the child failed before it could answer
         result = {"finished": False, "error": f"exit {proc.exitcode}"}
     proc.join()
-    result.update(jobs=jobs, iterations=iterations, scheme=scheme, limit_s=limit_s)
+    result.update(jobs=jobs, iterations=iterations, scheme=scheme, policy=policy,
+                  limit_s=limit_s)
     return result
 
 
@@ -117,20 +113,22 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (wall, mem) = plt.subplots(1, 2, figsize=(9, 3.6))
-    for scheme in sorted({r["scheme"] for r in rows}):
-        mine = [r for r in rows if r["scheme"] == scheme]
+    for key in sorted({(r["policy"], r["scheme"]) for r in rows}):
+        mine = [r for r in rows if (r["policy"], r["scheme"]) == key]
         xs = [r["jobs"] for r in mine]
-        wall.plot(xs, [r["wall_s"] for r in mine], "o-", label=scheme)
+        label = f"{key[1]}, {key[0]}"
+        wall.plot(xs, [r.get("wall_s", 0) for r in mine], "o-", label=label)
         for r in mine:
             if not r["finished"]:
-                wall.annotate("limit", (r["jobs"], r["wall_s"]), fontsize=7)
-        mem.plot(xs, [r["rss_mb"] for r in mine], "o-", label=scheme)
+                wall.annotate("limit", (r["jobs"], r.get("wall_s", 0)), fontsize=7)
+        mem.plot(xs, [r.get("rss_mb", 0) for r in mine], "o-", label=label)
     for ax, label in ((wall, "wall s (to finish or to the limit)"), (mem, "peak RSS, MB")):
         ax.set_xscale("log")
         ax.set_xlabel("concurrent jobs")
         ax.set_ylabel(label)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"fluid engine, {rows[0]['iterations']} iterations per job", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"fluid engine, {rows[0]['iterations']} iterations per job, "
+                 f"{LEAVES * SERVERS_PER_LEAF * 8} GPUs", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -141,27 +139,33 @@ def main() -> int:
     ap.add_argument("--out", default="bench/results/cluster-scale.json")
     ap.add_argument("--jobs", default="10,100,1000")
     ap.add_argument("--iterations", type=int, default=1000)
-    ap.add_argument("--schemes", default="cubic,mltcp-cubic")
+    ap.add_argument("--schemes", default="standard,mltcp")
+    ap.add_argument("--policies", default="consolidated,random")
     ap.add_argument("--limit", type=float, default=120.0,
                     help="seconds per size before it is stopped (default %(default)s)")
     args = ap.parse_args()
     rows = []
-    for scheme in args.schemes.split(","):
-        for jobs in (int(n) for n in args.jobs.split(",")):
-            r = measure(jobs, args.iterations, scheme, args.limit)
-            if not r["finished"] and r.get("events"):
-                rate = r["events"] / r["wall_s"]
-                r["events_per_s"] = rate
-            rows.append(r)
-            print(f"{scheme:12} {jobs:5} jobs x {args.iterations} iterations: "
-                  + (f"{r['wall_s']:.1f} s" if r["finished"] else
-                     f"stopped at {r.get('wall_s', 0):.0f} s ({r.get('events', 0)} events)")
-                  + f", peak {r.get('rss_mb', 0):.0f} MB", flush=True)
+    for policy in args.policies.split(","):
+        for scheme in args.schemes.split(","):
+            for jobs in (int(n) for n in args.jobs.split(",")):
+                r = measure(jobs, args.iterations, scheme, policy, args.limit)
+                rows.append(r)
+                print(f"{policy:12} {scheme:8} {jobs:5} jobs x {args.iterations} it: "
+                      + (f"{r['wall_s']:.1f} s" if r["finished"] else
+                         f"stopped at {r.get('wall_s', 0):.0f} s")
+                      + f" ({r.get('events', 0):,} events, {r.get('rates_per_event', 0):.0f}"
+                      f" rates each; {r.get('networked_jobs', 0)} jobs on the network, "
+                      f"{r.get('flows', 0)} flows, {r.get('gpus_used', 0)} GPUs; "
+                      f"{r.get('job_iterations', 0):,} job iterations, "
+                      f"{r.get('simulated_s', 0):.0f} s simulated), "
+                      f"peak {r.get('rss_mb', 0):.0f} MB", flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"leaf_spine": {"leaves": LEAVES, "servers_per_leaf":
-                                              SERVERS_PER_LEAF, "spines": SPINES,
-                                              "oversubscription": OVERSUBSCRIPTION},
+    out.write_text(json.dumps({"cluster": {"leaves": LEAVES, "servers_per_leaf":
+                                           SERVERS_PER_LEAF, "spines": SPINES,
+                                           "gpus_per_server": 8, "nic_gbit": NIC_GBIT,
+                                           "oversubscription": OVERSUBSCRIPTION,
+                                           "gpu_shares": GPU_SHARES},
                                "rows": rows}, indent=2))
     plot(rows, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")

@@ -12,7 +12,7 @@ import pytest
 from mltcp.core.errors import SpecError
 from mltcp.lab import metrics, schedule
 from mltcp.lab.graph import graph_for, ring_link_ids
-from mltcp.lab.models import fluid
+from mltcp.lab.models import fluid, fluid_engine
 from mltcp.lab.models.lanes import Batch, build_batch
 from mltcp.lab.plan import compute_jitter_ms, placement, resolve
 from mltcp.lab.runner import run_one, traces_of
@@ -98,23 +98,23 @@ def test_fair_sharing_keeps_the_gap() -> None:
 def test_weighted_max_min_on_a_two_link_chain() -> None:
     # Flows: x on l1, y on l1+l2, z on l2; capacities l1 = 1, l2 = 2 (bytes/s).
     # Unweighted: l1 fills first at 1/2 each (x, y); z takes the rest of l2: 1.5.
-    inc = np.array([[[1, 0], [1, 1], [0, 1]]], dtype=float)
-    cap = np.array([[1.0, 2.0]])
-    rate = fluid._weighted_max_min(np.array([[1.0, 1.0, 1.0]]), inc, cap)
-    assert rate[0] == pytest.approx([0.5, 0.5, 1.5])
+    links = [[0], [0, 1], [1]]
+    cap = np.array([1.0, 2.0])
+    rate = fluid_engine.weighted_max_min(np.array([1.0, 1.0, 1.0]), links, cap)
+    assert rate == pytest.approx([0.5, 0.5, 1.5])
     # Weight 3 for x: l1 splits 3:1 -> x 0.75, y 0.25; z gets 1.75.
-    rate = fluid._weighted_max_min(np.array([[3.0, 1.0, 1.0]]), inc, cap)
-    assert rate[0] == pytest.approx([0.75, 0.25, 1.75])
+    rate = fluid_engine.weighted_max_min(np.array([3.0, 1.0, 1.0]), links, cap)
+    assert rate == pytest.approx([0.75, 0.25, 1.75])
     # A flow with weight 0 (not communicating) gets nothing and frees its share.
-    rate = fluid._weighted_max_min(np.array([[0.0, 1.0, 1.0]]), inc, cap)
-    assert rate[0] == pytest.approx([0.0, 1.0, 1.0])
-    # Lanes that route differently (ECMP by seed): each lane as if it were alone.
-    other = np.array([[[0, 1], [1, 1], [1, 0]]], dtype=float)
-    both = fluid._weighted_max_min(np.ones((2, 3)), np.concatenate([inc, other]),
-                                   np.concatenate([cap, cap]))
-    assert both[0] == pytest.approx([0.5, 0.5, 1.5])
-    assert both[1] == pytest.approx(fluid._weighted_max_min(np.ones((1, 3)), other, cap)[0])
-    assert both[1] == pytest.approx([1.5, 0.5, 0.5])
+    rate = fluid_engine.weighted_max_min(np.array([0.0, 1.0, 1.0]), links, cap)
+    assert rate == pytest.approx([0.0, 1.0, 1.0])
+    # Routed the other way round (another ECMP pick): x and z swap links.
+    rate = fluid_engine.weighted_max_min(np.ones(3), [[1], [0, 1], [0]], cap)
+    assert rate == pytest.approx([1.5, 0.5, 0.5])
+    # Two links filling at the same level freeze together; a third flow takes the rest.
+    rate = fluid_engine.weighted_max_min(np.ones(3), [[0], [1], [1, 2]],
+                                         np.array([1.0, 2.0, 5.0]))
+    assert rate == pytest.approx([1.0, 1.0, 1.0])
 
 
 def test_lanes_are_independent() -> None:

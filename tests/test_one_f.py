@@ -3,8 +3,8 @@
 F = intercept + slope * clamp(bytes_ratio, 0, 1), optionally capped, is defined once
 (mltcp.core.aggressiveness) and evaluated in five places: the float form users
 configure, the Q16.16 form the kernel runs (``mltcp_f_fixed`` in kernel/mltcp.h), its
-vectorised twin over integer arrays (the DCQCN model's queue pairs), the float
-vectorised form (the fluid model's flows) and ns-3's ``Aggressiveness::FFixed``.
+vectorised twin over integer arrays (the DCQCN model's queue pairs), the float form
+compiled by numba (the fluid model's engine) and ns-3's ``Aggressiveness::FFixed``.
 This file checks the Python forms against each other on a grid that reaches the
 parameter bounds; tests/test_kernel_abi.py runs the same grid through the kernel's
 code and tests/test_ns3.py through ns-3's.
@@ -26,9 +26,10 @@ from mltcp.core.aggressiveness import (
     MIN_INTERCEPT,
     Aggressiveness,
     FixedAggressiveness,
-    f_array,
     f_fixed,
+    f_float,
 )
+from mltcp.lab.models import fluid_engine
 
 
 def f_grid(n: int = 400, seed: int = 7) -> list[tuple[int, int, int, int, int]]:
@@ -75,8 +76,11 @@ def test_the_float_forms_agree_and_track_the_fixed_point_one(slope: float, inter
                                                              cap: float | None) -> None:
     agg = Aggressiveness(slope, intercept, cap)
     ratios = np.array([-0.5, 0.0, 0.1, 1 / 3, 0.5, 0.999, 1.0, 1.7])
-    vector = f_array(ratios, slope, intercept, np.inf if cap is None else cap)
-    assert vector.tolist() == [agg(r) for r in ratios]
+    vector = [f_float(r, slope, intercept, np.inf if cap is None else cap) for r in ratios]
+    assert vector == [agg(r) for r in ratios]
+    compiled = fluid_engine.compiled_f
+    assert [compiled(r, slope, intercept, np.inf if cap is None else cap)
+            for r in ratios] == vector
     fixed, budget = agg.to_fixed(), 1 << 30
     for r, f in zip(ratios, vector, strict=True):
         nbytes = round(min(max(r, 0.0), 1.0) * budget)

@@ -11,8 +11,8 @@ configure; :class:`FixedAggressiveness` is what the eBPF program receives;
 :func:`f_fixed` and :func:`scale_acked` are the *exact* integer operations the kernel
 (``mltcp_f_fixed`` in kernel/mltcp.h) and the ns-3 classes (``Aggressiveness::FFixed``
 in mltcp/lab/ns3/mltcp_tracker.h) perform, on Python ints or on numpy integer arrays
-alike (the DCQCN model evaluates every queue pair at once); :func:`f_array` is the
-float form the fluid model evaluates for every flow of every lane.  The parameter
+alike (the DCQCN model evaluates every queue pair at once); :func:`f_float` is the
+float form, which the fluid model's compiled engine evaluates for every flow.  The parameter
 bounds below are rendered into the ns-3 attribute checkers (``MLTCP_MAX_SLOPE`` ...),
 and tests/test_aggressiveness.py evaluates F through all of these and compares them.
 
@@ -103,14 +103,13 @@ def f_fixed(bytes_in_iter, budget, slope_fp, intercept_fp, cap_fp):  # type: ign
     return f - (f - cap_fp) * ((cap_fp > 0) & (f > cap_fp))             # cap, 0 = none
 
 
-def f_array(ratio, slope, intercept, cap):  # type: ignore[no-untyped-def]
-    """F in floating point for arrays of ratios (broadcast with per-lane parameters;
-    ``cap`` is +inf where there is none): ``min(intercept + slope * clamp(ratio), cap)``,
-    as :meth:`Aggressiveness.__call__` computes it for one ratio.  numpy is imported
-    here, not at module level: a training host's control plane never needs it."""
-    import numpy as np
-
-    return np.minimum(intercept + slope * np.clip(ratio, 0.0, 1.0), cap)
+def f_float(ratio: float, slope: float, intercept: float, cap: float) -> float:
+    """F in floating point for one ratio (``cap`` is +inf where there is none):
+    ``min(intercept + slope * clamp(ratio, 0, 1), cap)``.  Plain arithmetic, no numpy:
+    :meth:`Aggressiveness.__call__` uses it, and the fluid model's compiled engine
+    (:mod:`mltcp.lab.models.fluid_engine`) compiles this very function with numba."""
+    f = intercept + slope * min(max(ratio, 0.0), 1.0)
+    return f if f < cap else cap
 
 
 @dataclass(frozen=True)
@@ -170,10 +169,8 @@ class Aggressiveness:
 
     def __call__(self, ratio: float) -> float:
         """F at ``ratio``; the ratio is clamped because a job can overshoot its budget."""
-        f = self.intercept + self.slope * min(max(ratio, 0.0), 1.0)
-        if self.cap is not None:
-            f = min(f, self.cap)
-        return f
+        return f_float(ratio, self.slope, self.intercept,
+                       self.cap if self.cap is not None else float("inf"))
 
     def to_fixed(self) -> FixedAggressiveness:
         """Round every parameter to Q16.16; a missing cap becomes 0 (the kernel's 'no cap')."""

@@ -40,22 +40,22 @@ ECN/drop columns of its link samples are 0.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from mltcp.core import validate
-from mltcp.core.aggressiveness import f_array
 from mltcp.core.errors import SpecError
-from mltcp.lab.models.jobphases import JobPhases
+from mltcp.lab.models import fluid_engine
 from mltcp.lab.models.lanes import (
     Batch,
     Structure,
     build_batch,
     link_rates_bps,
     run_grouped,
-    sample_intervals,
+    sample_grid,
     structure_key,
 )
 from mltcp.lab.plan import RunPlan
@@ -63,7 +63,6 @@ from mltcp.lab.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Tr
 
 DEFAULT_F_STEPS = 8
 DEFAULT_SAMPLE_S = 0.01
-_REL_TOL = 1e-9
 
 
 @dataclass(frozen=True)
@@ -96,6 +95,8 @@ class BatchResult:
 
     ``phase_start``/``phase_end`` (L, J, N, P) hold every communication phase's
     interval; with one phase per iteration they repeat comm_start/comm_end.
+    ``link_bins``: per lane, each link's payload bytes per ``sample_s`` interval
+    (K, B), where links were recorded; ``link_end``: the lane's last event time.
     """
 
     start: np.ndarray             # (L, J, N)
@@ -104,189 +105,86 @@ class BatchResult:
     end: np.ndarray
     phase_start: np.ndarray       # (L, J, N, P)
     phase_end: np.ndarray
-    steps: int = 0                # event steps the batch took
-    link_times: list[np.ndarray] = field(default_factory=list)   # per step: (L,)
-    link_bytes: list[np.ndarray] = field(default_factory=list)   # per step: (L, K) cumulative
+    steps: int = 0                # events, all lanes together
+    link_bins: list[np.ndarray] = field(default_factory=list)
+    link_end: list[float] = field(default_factory=list)
 
     def iteration_times(self) -> np.ndarray:
         return self.end - self.start
 
 
-class _Routing:
-    """Which flows cross which links: one (F, K) matrix when every lane routes alike
-    (one matrix product per use), else (L, F, K) per lane (ECMP picks differ by seed)."""
-
-    def __init__(self, incidence: np.ndarray) -> None:
-        self.shared = bool((incidence == incidence[:1]).all())
-        self.matrix = incidence[0] if self.shared else incidence
-        self.links = incidence.shape[2]
-
-    def per_link(self, per_flow: np.ndarray) -> np.ndarray:
-        """(L, F) -> (L, K): the sum over each link's flows."""
-        if self.shared:
-            return per_flow @ self.matrix
-        return np.einsum("lf,lfk->lk", per_flow, self.matrix)
-
-    def per_flow(self, per_link: np.ndarray) -> np.ndarray:
-        """(L, K) -> (L, F): the sum over each flow's links."""
-        if self.shared:
-            return per_link @ self.matrix.T
-        return np.einsum("lfk,lk->lf", self.matrix, per_link)
-
-
-def _weighted_max_min(weight: np.ndarray, incidence: np.ndarray | _Routing,
-                      capacity: np.ndarray) -> np.ndarray:
-    """Rates (L, F) of weighted max-min fairness by progressive filling.
-
-    All unfrozen flows grow in proportion to their weight until a link fills;
-    the flows on it freeze; repeat.  A flow with weight 0 gets rate 0.
-    """
-    routing = incidence if isinstance(incidence, _Routing) else _Routing(incidence)
-    rate = np.zeros_like(weight)
-    active = weight > 0
-    left = capacity.copy()
-    full_tol = capacity * 1e-12
-    for _ in range(routing.links + 1):
-        w = np.where(active, weight, 0.0)
-        demand = routing.per_link(w)                             # weight per link
-        with np.errstate(divide="ignore", invalid="ignore"):
-            level = np.where(demand > 0, left / demand, np.inf).min(axis=1)   # (L,)
-        level = np.where(np.isfinite(level), level, 0.0)
-        rate += w * level[:, None]
-        left = np.maximum(left - demand * level[:, None], 0.0)
-        full = (left <= full_tol) & (demand > 0)                     # (L, K)
-        active &= ~(routing.per_flow(full.astype(float)) > 0)
-        if not active.any():
-            break
-    return rate
-
-
-class _Simulation(JobPhases):
-    """The state of every lane, and the two things that change it: the flows move
-    until the next event (:meth:`advance`), and jobs change phase (:meth:`settle`)."""
-
-    def __init__(self, batch: Batch, opt: FluidOptions, record_links: bool) -> None:
-        self.b, self.opt = batch, opt
-        n_lanes, n_jobs = batch.lanes, len(batch.job_names)
-        self.member = np.zeros((len(batch.flow_job), n_jobs))
-        self.member[np.arange(len(batch.flow_job)), batch.flow_job] = 1.0
-        n_iter = max(int(batch.iterations.max(initial=0)), 1)
-        shape = (n_lanes, n_jobs, n_iter)
-        self.result = BatchResult(
-            *(np.full(shape, np.nan) for _ in range(4)),
-            *(np.full((*shape, batch.phase_compute.shape[2]), np.nan) for _ in range(2)))
-        self.t = np.zeros(n_lanes)
-        self._init_phases(batch)
-        self.rem = np.zeros_like(batch.flow_bytes)
-        self.sent = np.zeros_like(batch.flow_bytes)
-        self.tol = batch.flow_bytes * _REL_TOL + 1e-6
-        self.mltcp = ((batch.slope != 0) | (batch.intercept != 1))[:, None]
-        self.slope, self.intercept = batch.slope[:, None], batch.intercept[:, None]
-        self.cap = batch.cap[:, None]
-        self.inv_bytes = np.divide(1.0, batch.flow_bytes, out=np.zeros_like(batch.flow_bytes),
-                                   where=batch.flow_bytes > 0)
-        self.step_bytes = batch.flow_bytes / max(opt.f_steps, 1)
-        self.inv_step = self.inv_bytes * max(opt.f_steps, 1)
-        self.record_links = record_links
-        self.routing = _Routing(batch.incidence)
-        self.link_cum = np.zeros_like(batch.capacity)
-        if record_links:
-            self.result.link_times.append(self.t.copy())
-            self.result.link_bytes.append(self.link_cum.copy())
-
-    def _clock(self) -> np.ndarray:
-        return self.t
-
-    def _recorder(self) -> BatchResult:
-        return self.result
-
-    def _flows_of(self, jobs: np.ndarray) -> np.ndarray:
-        """(L, F) mask of the flows of the jobs in the (L, J) mask."""
-        return (jobs.astype(float) @ self.member.T) > 0
-
-    def settle(self) -> None:
-        """Apply every phase change due at the lanes' current times, until none is left
-        (a phase without bytes or without compute ends at once)."""
-        b, now = self.b, self.t[:, None]
-        while True:
-            busy_per_job = (self.rem > 0).astype(float) @ self.member          # (L, J)
-            finished = self.communicating & (busy_per_job == 0)
-            due = self.computing & (self.compute_end <= now + 1e-12 * (1 + np.abs(now)))
-            if not (finished.any() or due.any()):
-                return
-            if finished.any():
-                self._finish_phase(finished, now)
-            if due.any():
-                frac = self._begin_phases(b, due, now)
-                self.rem = np.where(self._flows_of(due), b.flow_bytes * frac[:, b.flow_job],
-                                    self.rem)
-
-    def _finish_phase(self, finished: np.ndarray, now: np.ndarray) -> None:
-        last = self._end_phases(self.b, finished, now)
-        # A new iteration: bytes_ratio starts again from 0.
-        self.sent = np.where(self._flows_of(last & self.running), 0.0, self.sent)
-
-    def advance(self) -> bool:
-        """Move every lane to its next event; False when no lane has one left."""
-        b = self.b
-        busy = self.rem > self.tol
-        f = f_array(self.sent * self.inv_bytes, self.slope, self.intercept, self.cap)
-        rate = _weighted_max_min(np.where(busy, f * b.weight, 0.0), self.routing, b.capacity)
-        moving = busy & (rate > 0)
-        inf = np.full_like(rate, np.inf)
-        dt = np.minimum(np.divide(self.rem, rate, out=inf.copy(), where=moving).min(axis=1),
-                        np.where(self.computing, self.compute_end - self.t[:, None],
-                                 np.inf).min(axis=1))
-        if self.opt.f_steps:
-            # Time until each MLTCP flow's bytes_ratio reaches its next 1/f_steps mark.
-            marks = (np.floor(self.sent * self.inv_step + 1e-9) + 1) * self.step_bytes
-            dt = np.minimum(dt, np.divide(marks - self.sent, rate, out=inf,
-                                          where=moving & self.mltcp).min(axis=1))
-        live = np.isfinite(dt)
-        if not live.any():
-            if busy.any():
-                raise SpecError("topology", "flows with bytes left get no capacity",
-                                "give every link on the jobs' paths a rate > 0")
-            return False
-        dt = np.where(live, np.maximum(dt, 0.0), 0.0)
-        moved = rate * dt[:, None]
-        self.rem = np.where(moving, self.rem - moved, self.rem)
-        self.rem = np.where(self.rem <= self.tol, 0.0, self.rem)
-        self.sent = self.sent + np.where(moving, moved, 0.0)
-        self.t = self.t + dt
-        if self.record_links:
-            self.link_cum = self.link_cum + self.routing.per_link(moved)
-            self.result.link_times.append(self.t.copy())
-            self.result.link_bytes.append(self.link_cum.copy())
-        return True
+def lane_state(batch: Batch, lane: int, opt: FluidOptions,
+               record_links: bool) -> fluid_engine.EngineState:
+    """The engine's state for one lane of ``batch`` at time 0."""
+    flow_links = [np.flatnonzero(row).tolist() for row in batch.incidence[lane]]
+    jitter = (batch.jitter[lane] if batch.jitter is not None
+              else np.zeros((len(batch.job_names), 1)))
+    return fluid_engine.new_state(
+        batch.flow_job, flow_links, batch.capacity[lane], batch.flow_bytes[lane],
+        batch.weight[lane], batch.phase_fraction[lane], batch.phase_compute[lane],
+        batch.iterations[lane], batch.start[lane], jitter, float(batch.slope[lane]),
+        float(batch.intercept[lane]), float(batch.cap[lane]), opt.f_steps,
+        opt.sample_s if record_links else 0.0,
+        n_iter=int(batch.iterations.max(initial=0)))
 
 
 def simulate(batch: Batch, options: FluidOptions | None = None,
              record_links: bool = False,
              progress: Callable[[float], None] | None = None) -> BatchResult:
-    """Run every lane of ``batch`` to the end of its jobs' iterations."""
+    """Run every lane of ``batch`` to the end of its jobs' iterations.
+
+    Lanes are independent runs; they advance together in slices of simulated time
+    (each slice twice the last while a round takes under half a second), so
+    ``progress`` hears the simulated time every lane has reached."""
     opt = options or FluidOptions()
     batch.check()
-    sim = _Simulation(batch, opt, record_links)
-    for step in range(opt.max_steps):
-        sim.settle()
-        if not sim.advance():
-            sim.result.steps = step
-            return sim.result
-        if progress is not None and step % 2000 == 0:
-            progress(float(sim.t.min()))
-    raise SpecError("max_steps", f"the model did not finish within {opt.max_steps} events",
-                    "raise FluidOptions.max_steps or run fewer iterations")
+    states = [lane_state(batch, lane, opt, record_links) for lane in range(batch.lanes)]
+    live = list(range(batch.lanes))
+    until, span = 0.0, 1.0
+    while live:
+        until += span
+        began = time.monotonic()
+        for lane in list(live):
+            st = states[lane]
+            left = opt.max_steps - sum(s.events for s in states)
+            status = fluid_engine.advance_until(st, until, st.events + max(left, 0))
+            if status == fluid_engine.TOO_MANY_EVENTS:
+                raise SpecError("max_steps",
+                                f"the model did not finish within {opt.max_steps} events",
+                                "raise FluidOptions.max_steps or run fewer iterations")
+            if status == fluid_engine.STUCK:
+                raise SpecError("topology", "flows with bytes left get no capacity",
+                                "give every link on the jobs' paths a rate > 0")
+            if status == fluid_engine.DONE:
+                live.remove(lane)
+        if progress is not None and live:
+            progress(until)
+        if time.monotonic() - began < 0.5:
+            span *= 2
+    def stack(name: str) -> np.ndarray:
+        return np.stack([getattr(st, name) for st in states])
+
+    result = BatchResult(stack("start"), stack("comm_start"), stack("comm_end"),
+                         stack("end"), stack("phase_start"), stack("phase_end"),
+                         steps=sum(st.events for st in states))
+    if record_links:
+        result.link_bins = [fluid_engine.finish_bins(st) for st in states]
+        result.link_end = [st.t for st in states]
+    return result
 
 
 # --------------------------------------------------------------------------- plans
 
 
-def _link_samples(times: np.ndarray, cum: np.ndarray, sample_s: float,
+def _link_samples(bins: np.ndarray, end: float, sample_s: float,
                   efficiency: float) -> list[LinkSample]:
-    """Periodic samples from the cumulative payload bytes at event times (the link's
-    throughput counts frames, like a queue's byte counter: payload / efficiency)."""
-    grid, sent = sample_intervals(times, cum, sample_s)
+    """Periodic samples (every ``sample_s`` up to the last event) of a link's payload
+    bytes per interval; the throughput counts frames, like a queue's byte counter:
+    payload / efficiency."""
+    grid = sample_grid(end, sample_s)
+    sent = np.zeros(len(grid))
+    n = min(len(grid), len(bins))
+    sent[:n] = bins[:n]
     bps = sent * 8 / sample_s / efficiency
     return [LinkSample(t=float(g), throughput_bps=float(max(b, 0.0)), queue_bytes=0,
                        ecn_marks=0, drops=0) for g, b in zip(grid, bps, strict=True)]
@@ -318,14 +216,12 @@ def to_traces(plans: Sequence[RunPlan], batch: Batch, result: BatchResult,
                                                       * job.spec.workers), phases=phases))
             jobs.append(JobTrace(name=job.name, links=job.links, iterations=tuple(recs)))
         links = ()
-        if result.link_times:
-            times = np.array([x[lane] for x in result.link_times])
-            cum = np.array([x[lane] for x in result.link_bytes])
+        if result.link_bins:
             rates = link_rates_bps(plan)
             links = tuple(LinkTrace(id=lid, capacity_bps=rates[lid.split(":", 1)[0]],
                                     samples=tuple(_link_samples(
-                                        times, cum[:, k], opt.sample_s,
-                                        plan.topology.payload_efficiency)))
+                                        result.link_bins[lane][k], result.link_end[lane],
+                                        opt.sample_s, plan.topology.payload_efficiency)))
                           for k, lid in enumerate(batch.link_ids))
         traces.append(Trace(
             scenario=plan.scenario.name, scheme=plan.scheme.name, backend="fluid",

@@ -1,6 +1,7 @@
 """Where every job of every lane is in its iteration: the state machine the models share.
 
-Both models (:mod:`mltcp.lab.models.fluid` and :mod:`mltcp.lab.models.dcqcn.simulate`) run the
+The models (:mod:`mltcp.lab.models.dcqcn.simulate` here, in numpy; the fluid model's
+compiled engine, :mod:`mltcp.lab.models.fluid_engine`, by the same rules) run the
 same jobs: an iteration is one or more phases, each a compute step (plus the seeded jitter on the
 first phase) and then the phase's bytes; a phase ends when all of the job's bytes of
 it are delivered (barrier), and the last phase ends the iteration.  What differs
@@ -21,7 +22,7 @@ import numpy as np
 
 
 class PhasedBatch(Protocol):
-    """What the jobs' side needs of a batch (:class:`mltcp.lab.models.fluid.Batch`)."""
+    """What the jobs' side needs of a batch (:class:`mltcp.lab.models.lanes.Batch`)."""
 
     iterations: np.ndarray        # (L, J) iterations per job
     start: np.ndarray             # (L, J) start offsets, s

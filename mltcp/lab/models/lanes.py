@@ -191,7 +191,12 @@ def sample_intervals(times: np.ndarray, cum: np.ndarray,
     """A link's periodic samples from a cumulative byte count at event times: the sample
     times (every ``sample_s`` up to the last event) and the bytes of each interval
     before them (the count interpolated between events).  Shared by the models."""
-    end = float(times[-1]) if len(times) else 0.0
-    grid = np.arange(sample_s, end + sample_s / 2, sample_s)
+    grid = sample_grid(float(times[-1]) if len(times) else 0.0, sample_s)
     at = np.interp(grid, times, cum) if len(grid) else grid
     return grid, at - np.concatenate([[0.0], at[:-1]])
+
+
+def sample_grid(end: float, sample_s: float) -> np.ndarray:
+    """The times of a link's periodic samples: every ``sample_s`` up to the last event
+    (the nearest multiple).  Sample i covers (i s, (i+1) s]."""
+    return np.arange(sample_s, end + sample_s / 2, sample_s)

@@ -1,0 +1,4 @@
+"""The cluster simulator's parts: a GPU cluster's fabric (:mod:`fabric`), jobs placed on
+its GPUs and their traffic (:mod:`jobs`), and placement policies (:mod:`placement`).
+The flow-level engine underneath is the fluid model's (:mod:`mltcp.lab.models.fluid_engine`).
+"""

@@ -1,0 +1,89 @@
+"""Training jobs placed on a GPU cluster, and the traffic the fluid engine runs for them.
+
+A data-parallel job on GPUs of several servers all-reduces its gradients every
+iteration.  Inside a server the GPUs reduce over NVLink/PCIe (part of the iteration's
+compute time here: it never touches the network); across servers the job runs a ring
+over its servers, as NCCL's inter-node ring does: each server sends
+``2 (m - 1) / m`` of the gradient bytes to the next of the job's ``m`` servers.  A job
+on one server has no network traffic at all; its iterations are its compute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from mltcp.core import validate
+from mltcp.core.aggressiveness import Aggressiveness
+from mltcp.core.errors import SpecError
+from mltcp.lab.cluster.fabric import LeafSpine
+from mltcp.lab.models import fluid_engine
+
+
+@dataclass(frozen=True)
+class PlacedJob:
+    """A job and the GPUs it got: ``gpus`` maps server -> GPUs used there."""
+
+    name: str
+    gpus: tuple[tuple[int, int], ...]      # (server, GPUs), servers in ring order
+    compute_s: float                       # per iteration, intra-server reduction included
+    gradient_bytes: float                  # per iteration
+    iterations: int
+    start_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        field = f"jobs[{self.name}]"
+        if not self.gpus:
+            raise SpecError(f"{field}.gpus", "is empty", "place the job on at least one GPU")
+        validate.number(self.compute_s, f"{field}.compute_s", 0, 86_400, "0.2")
+        validate.number(self.gradient_bytes, f"{field}.gradient_bytes", 0, 1e13, "100e6")
+        validate.integer(self.iterations, f"{field}.iterations", 1, 10**9, "1000")
+        validate.number(self.start_s, f"{field}.start_s", 0, 1e9, "0")
+
+    @property
+    def servers(self) -> tuple[int, ...]:
+        return tuple(s for s, _ in self.gpus)
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(n for _, n in self.gpus)
+
+    def ring_bytes(self) -> float:
+        """Bytes each server sends to the next per iteration (0 on one server)."""
+        m = len(self.gpus)
+        return 2 * (m - 1) / m * self.gradient_bytes if m > 1 else 0.0
+
+    def flows(self, fabric: LeafSpine, seed: int = 0) -> list[list[int]]:
+        """The links of each of the job's ring flows (server i -> server i+1)."""
+        servers = self.servers
+        if len(servers) < 2:
+            return []
+        return [fabric.path(a, servers[(i + 1) % len(servers)], f"{self.name}/{i}", seed)
+                for i, a in enumerate(servers)]
+
+
+def engine_state(fabric: LeafSpine, jobs: Sequence[PlacedJob], f: Aggressiveness | None,
+                 seed: int = 0, f_steps: int = 8,
+                 sample_s: float = 0.0) -> fluid_engine.EngineState:
+    """The fluid engine's state for ``jobs`` on ``fabric`` at time 0: standard
+    congestion control (max-min fair) when ``f`` is None, MLTCP's F otherwise."""
+    flow_job: list[int] = []
+    flow_links: list[list[int]] = []
+    flow_bytes: list[float] = []
+    for j, job in enumerate(jobs):
+        for links in job.flows(fabric, seed):
+            flow_job.append(j)
+            flow_links.append(links)
+            flow_bytes.append(job.ring_bytes())
+    n_jobs = len(jobs)
+    slope, intercept, cap = (0.0, 1.0, np.inf) if f is None else (
+        f.slope, f.intercept, f.cap if f.cap is not None else np.inf)
+    return fluid_engine.new_state(
+        np.array(flow_job, dtype=np.int64), flow_links, fabric.capacities(),
+        np.array(flow_bytes), np.ones(len(flow_job)), np.ones((n_jobs, 1)),
+        np.array([[job.compute_s] for job in jobs]).reshape(n_jobs, 1),
+        np.array([job.iterations for job in jobs], dtype=np.int64),
+        np.array([job.start_s for job in jobs]), np.zeros((n_jobs, 1)),
+        slope, intercept, cap, f_steps, sample_s)

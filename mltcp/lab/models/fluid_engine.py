@@ -1,0 +1,808 @@
+"""The fluid model's event engine: one run, compiled, rates recomputed only where
+something changed.
+
+Why this shape.  A cluster run has a thousand jobs, each a few flows, each crossing a
+few of the fabric's links, over a million events.  Recomputing every flow's rate at
+every event, with dense (flows x links) matrices, cost the first engine seconds per
+hundred events at that scale (``bench/bench_cluster_scale.py``).  Here:
+
+* the link-flow incidence is sparse (CSR both ways: a flow's links, a link's flows);
+* an event (a job's compute ends, a flow delivers its bytes, an MLTCP flow's
+  bytes_ratio reaches its next 1/f_steps mark) only recomputes the rates of its
+  *contention component*: the flows reachable from the changed flows' links through
+  links that active flows share.  Rates elsewhere cannot change, so they are not
+  touched (each flow's progress is brought up to date lazily, from the time its rate
+  was last set);
+* the next event comes from an indexed min-heap over flows and jobs (a flow's key is
+  its next finish or F mark at its current rate, a job's its compute end);
+* link samples are aggregated into their periodic bins as rates change (bytes of each
+  bin = the integral of the link's rate over it: the same numbers the piecewise-linear
+  interpolation of the cumulative bytes gave), and only when asked for;
+* the loops are compiled with numba (a well-kept JIT for numeric Python: no C
+  extension to build, the functions stay readable Python), cached on disk so a process
+  pays the compilation once per installation.
+
+The model is :mod:`mltcp.lab.models.fluid`'s (weighted max-min by progressive filling,
+phases and barriers as :mod:`mltcp.lab.models.jobphases` describes them); F is
+:func:`mltcp.core.aggressiveness.f_float`, compiled.  One difference of scope from the
+first engine, which re-evaluated every flow's F at every event of the run: F is
+re-evaluated at the flow's own marks and at every event of its contention component,
+so an unrelated job's event elsewhere in the network no longer moves it.
+
+All state lives in numpy arrays (:class:`EngineState`) so that a run can be advanced
+in slices of simulated time (:func:`advance_until`): progress reports between slices,
+and the cluster simulator adds and removes jobs between them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numba
+import numpy as np
+from numba import njit
+
+from mltcp.core.aggressiveness import f_float
+
+
+def cache_dir(package_dir: Path, user_cache: Path | None) -> str | None:
+    """Where numba keeps the compiled engine, if not where it looks by itself.
+
+    numba caches next to the source (``__pycache__``), else in the user's cache
+    directory; where neither is writable (an installed package run by a service user
+    without a home) it refuses to cache at all, and the engine would not even load.
+    Then: a directory of this user's under the temporary directory."""
+    pycache = package_dir / "__pycache__"
+    if os.access(pycache if pycache.exists() else package_dir, os.W_OK):
+        return None
+    if user_cache is not None:
+        probe = user_cache
+        while not probe.exists() and probe.parent != probe:
+            probe = probe.parent
+        if os.access(probe, os.W_OK):
+            return None
+    return str(Path(tempfile.gettempdir()) / f"mltcp-numba-{os.getuid()}")
+
+
+def _user_cache() -> Path | None:
+    try:
+        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    except RuntimeError:          # no home directory
+        return None
+
+
+if not numba.config.CACHE_DIR:
+    numba.config.CACHE_DIR = cache_dir(Path(__file__).parent, _user_cache()) or ""
+
+compiled_f = njit(cache=True)(f_float)      # the one F, compiled for the engine
+
+# advance_until's outcome
+DONE, RUNNING, STUCK, TOO_MANY_EVENTS = 0, 1, 2, 3
+
+# EngineState.counters
+_HEAP_SIZE, _EVENTS, _STAMP, _RECOMPUTED = 0, 1, 2, 3
+
+_REL_TOL = 1e-9
+_LOCAL_ROUNDS = 2     # growth rounds of a region before its whole component is solved
+
+
+# --------------------------------------------------------------------------- state
+
+
+@dataclass
+class EngineState:
+    """One run: its structure (read-only) and its state (updated in place).
+
+    Flows are ordered by job: the flows of job j are ``job_ptr[j]:job_ptr[j + 1]``.
+    Times in seconds, bytes, capacities in payload bytes per second.
+    """
+
+    # structure
+    flow_job: np.ndarray          # (F,) int64
+    flow_ptr: np.ndarray          # (F+1,) int64: a flow's links are flow_links[ptr[f]:ptr[f+1]]
+    flow_links: np.ndarray        # (nnz,) int64
+    link_ptr: np.ndarray          # (K+1,) int64: a link's flows are link_flows[ptr[k]:ptr[k+1]]
+    link_flows: np.ndarray        # (nnz,) int64
+    job_ptr: np.ndarray           # (J+1,) int64
+    capacity: np.ndarray          # (K,)
+    flow_bytes: np.ndarray        # (F,) bytes per iteration
+    weight: np.ndarray            # (F,) connections
+    phase_fraction: np.ndarray    # (J, P)
+    phase_compute: np.ndarray     # (J, P)
+    iterations: np.ndarray        # (J,) int64
+    jitter: np.ndarray            # (J, N)
+    params: np.ndarray            # [slope, intercept, cap, f_steps, sample_s (0: no samples)]
+    # records (NaN: not run)
+    start: np.ndarray             # (J, N)
+    comm_start: np.ndarray
+    comm_end: np.ndarray
+    end: np.ndarray
+    phase_start: np.ndarray       # (J, N, P)
+    phase_end: np.ndarray
+    # state
+    clock: np.ndarray             # [t]
+    counters: np.ndarray          # [heap size, events, BFS stamp, rates recomputed] int64
+    rem: np.ndarray               # (F,) bytes left in the current phase
+    sent: np.ndarray              # (F,) bytes sent in the current iteration
+    rate: np.ndarray              # (F,)
+    tlast: np.ndarray             # (F,) when rem/sent were last brought up to date
+    active: np.ndarray            # (F,) bool: bytes left
+    running: np.ndarray           # (J,) bool
+    it: np.ndarray                # (J,) int64 current iteration
+    phase: np.ndarray             # (J,) int64
+    communicating: np.ndarray     # (J,) bool
+    busy: np.ndarray              # (J,) int64 active flows
+    heap: np.ndarray              # (F+J,) int64 items: flow f, or job j as F + j
+    heap_pos: np.ndarray          # (F+J,) int64, -1: not in the heap
+    heap_key: np.ndarray          # (F+J,)
+    link_rate: np.ndarray         # (K,) sum of its flows' rates
+    link_tlast: np.ndarray        # (K,)
+    bins: np.ndarray              # (K, B) payload bytes per sample interval
+    # scratch for one event
+    flow_mark: np.ndarray         # (F,) int64 stamp
+    link_mark: np.ndarray         # (K,) int64 stamp
+    job_mark: np.ndarray          # (J,) int64 stamp
+    queue: np.ndarray             # (K,) int64 links to visit
+    comp: np.ndarray              # (F,) int64 flows of the component
+    jobs_todo: np.ndarray         # (2J+F,) int64 jobs whose phase may change
+    left: np.ndarray              # (K,) max-min scratch
+    wsum: np.ndarray              # (K,)
+    unfrozen: np.ndarray          # (K,) int64
+    frozen: np.ndarray            # (F,) bool
+    w: np.ndarray                 # (F,) weight x F at the flow's last rate
+    resid: np.ndarray             # (K,) capacity left by the flows outside the region
+    stat_mark: np.ndarray         # (K,) int64 stamp of the link statistics below
+    stat_load: np.ndarray         # (K,)
+    stat_norm: np.ndarray         # (K,)
+    lheap: np.ndarray             # (K,) int64 max-min's heap of links by fill level
+    lpos: np.ndarray              # (K,) int64
+    lkey: np.ndarray              # (K,)
+    lcount: np.ndarray            # (1,) int64
+
+    @property
+    def t(self) -> float:
+        return float(self.clock[0])
+
+    @property
+    def events(self) -> int:
+        return int(self.counters[_EVENTS])
+
+    @property
+    def recomputed(self) -> int:
+        """Flow rates computed so far, all events together (the engine's work: the
+        contention components' sizes summed over the events)."""
+        return int(self.counters[_RECOMPUTED])
+
+
+def _csr(rows: list[list[int]], n_cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                       np.ndarray]:
+    """Row pointers and columns of ``rows``, and of the transpose."""
+    ptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(r) for r in rows])
+    cols = np.array([c for r in rows for c in r], dtype=np.int64)
+    owner = np.repeat(np.arange(len(rows), dtype=np.int64), np.diff(ptr))
+    order = np.argsort(cols, kind="stable")
+    t_ptr = np.zeros(n_cols + 1, dtype=np.int64)
+    t_ptr[1:] = np.cumsum(np.bincount(cols, minlength=n_cols))
+    return ptr, cols, t_ptr, owner[order]
+
+
+def new_state(flow_job: np.ndarray, flow_links: list[list[int]], capacity: np.ndarray,
+              flow_bytes: np.ndarray, weight: np.ndarray, phase_fraction: np.ndarray,
+              phase_compute: np.ndarray, iterations: np.ndarray, start: np.ndarray,
+              jitter: np.ndarray, slope: float, intercept: float, cap: float,
+              f_steps: int, sample_s: float, n_iter: int = 0) -> EngineState:
+    """A run at time 0: every job with iterations computes its first phase.
+    ``n_iter``: records for this many iterations (at least the most any job runs)."""
+    n_flows, n_links, n_jobs = len(flow_job), len(capacity), len(iterations)
+    n_iter = max(int(iterations.max(initial=0)), 1, n_iter)
+    n_phases = phase_compute.shape[1]
+    flow_job = np.asarray(flow_job, dtype=np.int64)
+    if n_flows and (np.diff(flow_job) < 0).any():
+        raise ValueError("flows must be ordered by job")
+    job_ptr = np.searchsorted(flow_job, np.arange(n_jobs + 1)).astype(np.int64)
+    flow_ptr, links, link_ptr, link_flows = _csr(flow_links, n_links)
+
+    def nan(*shape: int) -> np.ndarray:
+        return np.full(shape, np.nan)
+
+    jit = np.zeros((n_jobs, n_iter))
+    jit[:, :jitter.shape[1]] = jitter[:, :n_iter]
+    n_items = n_flows + n_jobs
+    st = EngineState(
+        flow_job=flow_job, flow_ptr=flow_ptr, flow_links=links, link_ptr=link_ptr,
+        link_flows=link_flows, job_ptr=job_ptr, capacity=np.asarray(capacity, float),
+        flow_bytes=np.asarray(flow_bytes, float), weight=np.asarray(weight, float),
+        phase_fraction=np.asarray(phase_fraction, float),
+        phase_compute=np.asarray(phase_compute, float),
+        iterations=np.asarray(iterations, dtype=np.int64), jitter=jit,
+        params=np.array([slope, intercept, cap, f_steps, sample_s], dtype=float),
+        start=nan(n_jobs, n_iter), comm_start=nan(n_jobs, n_iter),
+        comm_end=nan(n_jobs, n_iter), end=nan(n_jobs, n_iter),
+        phase_start=nan(n_jobs, n_iter, n_phases), phase_end=nan(n_jobs, n_iter, n_phases),
+        clock=np.zeros(1), counters=np.zeros(4, dtype=np.int64),
+        rem=np.zeros(n_flows), sent=np.zeros(n_flows), rate=np.zeros(n_flows),
+        tlast=np.zeros(n_flows), active=np.zeros(n_flows, dtype=np.bool_),
+        running=np.asarray(iterations) > 0, it=np.zeros(n_jobs, dtype=np.int64),
+        phase=np.zeros(n_jobs, dtype=np.int64),
+        communicating=np.zeros(n_jobs, dtype=np.bool_), busy=np.zeros(n_jobs, dtype=np.int64),
+        heap=np.zeros(n_items, dtype=np.int64), heap_pos=np.full(n_items, -1, dtype=np.int64),
+        heap_key=np.full(n_items, np.inf), link_rate=np.zeros(n_links),
+        link_tlast=np.zeros(n_links), bins=np.zeros((n_links, 0)),
+        flow_mark=np.zeros(n_flows, dtype=np.int64), link_mark=np.zeros(n_links, dtype=np.int64),
+        job_mark=np.zeros(n_jobs, dtype=np.int64),
+        queue=np.zeros(max(n_links, 1), dtype=np.int64),
+        comp=np.zeros(max(n_flows, 1), dtype=np.int64),
+        jobs_todo=np.zeros(2 * n_jobs + n_flows + 1, dtype=np.int64),
+        left=np.zeros(n_links), wsum=np.zeros(n_links),
+        unfrozen=np.zeros(n_links, dtype=np.int64), frozen=np.ones(n_flows, dtype=np.bool_),
+        w=np.ones(n_flows), resid=np.zeros(n_links),
+        stat_mark=np.zeros(n_links, dtype=np.int64), stat_load=np.zeros(n_links),
+        stat_norm=np.zeros(n_links), **_link_heap(n_links))
+    begin = np.asarray(start, float) + st.phase_compute[:, 0] + st.jitter[:, 0]
+    for j in np.flatnonzero(st.running):
+        st.start[j, 0] = start[j]
+        _heap_set(st.heap, st.heap_pos, st.heap_key, st.counters, n_flows + j, begin[j])
+    return st
+
+
+def _link_heap(n_links: int) -> dict[str, np.ndarray]:
+    return {"lheap": np.zeros(n_links, dtype=np.int64),
+            "lpos": np.full(n_links, -1, dtype=np.int64), "lkey": np.full(n_links, np.inf),
+            "lcount": np.zeros(1, dtype=np.int64)}
+
+
+def advance_until(st: EngineState, t_stop: float, max_events: int) -> int:
+    """Process every event up to ``t_stop`` (simulated seconds): DONE when no job has
+    anything left, RUNNING when the next event lies beyond ``t_stop``, STUCK when flows
+    with bytes left get no capacity, TOO_MANY_EVENTS past ``max_events``."""
+    sample_s = st.params[4]
+    while True:
+        horizon = t_stop
+        nxt = _next_key(st)
+        if sample_s > 0 and math.isfinite(nxt):
+            # Samples are flushed at event times: the bins must reach every event this
+            # call processes.  Grown (doubling) to reach at least the next one; the
+            # compiled loop stops where they end, and goes on once they are grown.
+            have = st.bins.shape[1]
+            need = int(min(t_stop, nxt) / sample_s) + 3
+            if need > have:
+                grown = np.zeros((st.bins.shape[0], max(need, 2 * have, 64)))
+                grown[:, :have] = st.bins
+                st.bins = grown
+            horizon = min(t_stop, (st.bins.shape[1] - 2) * sample_s)
+        status = _advance(
+            st.flow_job, st.flow_ptr, st.flow_links, st.link_ptr, st.link_flows, st.job_ptr,
+            st.capacity, st.flow_bytes, st.weight, st.phase_fraction, st.phase_compute,
+            st.iterations, st.jitter, st.params, st.start, st.comm_start, st.comm_end,
+            st.end, st.phase_start, st.phase_end, st.clock, st.counters, st.rem, st.sent,
+            st.rate, st.tlast, st.active, st.running, st.it, st.phase, st.communicating,
+            st.busy, st.heap, st.heap_pos, st.heap_key, st.link_rate, st.link_tlast, st.bins,
+            st.flow_mark, st.link_mark, st.job_mark, st.queue, st.comp, st.jobs_todo,
+            st.left, st.wsum, st.unfrozen, st.frozen, st.w, st.resid, st.stat_mark,
+            st.stat_load, st.stat_norm, st.lheap, st.lpos, st.lkey, st.lcount,
+            float(horizon), int(max_events))
+        if status != RUNNING or horizon >= t_stop:
+            return status
+
+
+def _next_key(st: EngineState) -> float:
+    return float(st.heap_key[st.heap[0]]) if st.counters[_HEAP_SIZE] else math.inf
+
+
+def finish_bins(st: EngineState) -> np.ndarray:
+    """Every link's bytes per sample interval up to the run's last event (flushed)."""
+    _flush_all(st.link_rate, st.link_tlast, st.bins, st.clock[0], st.params[4])
+    return st.bins
+
+
+def weighted_max_min(weights: np.ndarray, flow_links: list[list[int]],
+                     capacity: np.ndarray) -> np.ndarray:
+    """Rates of weighted max-min fairness over the whole network (flows with weight 0
+    get 0): the function the engine runs on each component, for tests and tools."""
+    flow_ptr, links, link_ptr, link_flows = _csr(flow_links, len(capacity))
+    n_flows = len(weights)
+    comp = np.flatnonzero(np.asarray(weights) > 0).astype(np.int64)
+    link_list = np.unique(links[np.isin(np.repeat(np.arange(n_flows), np.diff(flow_ptr)),
+                                        comp)]).astype(np.int64)
+    rate = np.zeros(n_flows)
+    _max_min(comp, len(comp), link_list, len(link_list), np.asarray(weights, float),
+             flow_ptr, links, link_ptr, link_flows, np.asarray(capacity, float), rate,
+             np.zeros(len(capacity)), np.zeros(len(capacity)),
+             np.zeros(len(capacity), dtype=np.int64), np.ones(n_flows, dtype=np.bool_),
+             *_link_heap(len(capacity)).values())
+    return rate
+
+
+# --------------------------------------------------------------------------- heap
+
+
+@njit(cache=True)
+def _heap_swap(heap, pos, a, b):  # type: ignore[no-untyped-def]
+    ia, ib = heap[a], heap[b]
+    heap[a], heap[b] = ib, ia
+    pos[ib], pos[ia] = a, b
+
+
+@njit(cache=True)
+def _heap_sift(heap, pos, key, size, i):  # type: ignore[no-untyped-def]
+    while i > 0:                                      # up
+        parent = (i - 1) // 2
+        if key[heap[i]] < key[heap[parent]]:
+            _heap_swap(heap, pos, i, parent)
+            i = parent
+        else:
+            break
+    while True:                                       # down
+        child = 2 * i + 1
+        if child >= size:
+            break
+        if child + 1 < size and key[heap[child + 1]] < key[heap[child]]:
+            child += 1
+        if key[heap[child]] < key[heap[i]]:
+            _heap_swap(heap, pos, i, child)
+            i = child
+        else:
+            break
+
+
+@njit(cache=True)
+def _heap_set(heap, pos, key, counters, item, value):  # type: ignore[no-untyped-def]
+    """Give ``item`` the key ``value`` (inf: take it out)."""
+    size = counters[0]
+    i = pos[item]
+    key[item] = value
+    if value == np.inf:
+        if i < 0:
+            return
+        last = size - 1
+        if i != last:
+            _heap_swap(heap, pos, i, last)
+        pos[item] = -1
+        counters[0] = last
+        if i != last:
+            _heap_sift(heap, pos, key, last, i)
+        return
+    if i < 0:
+        heap[size] = item
+        pos[item] = size
+        counters[0] = size + 1
+        _heap_sift(heap, pos, key, size + 1, size)
+    else:
+        _heap_sift(heap, pos, key, size, i)
+
+
+# --------------------------------------------------------------------------- rates
+
+
+@njit(cache=True)
+def _max_min(comp, n_comp, links, n_links, w, flow_ptr, flow_links, link_ptr, link_flows,
+             capacity, rate, left, wsum, unfrozen, frozen, lheap, lpos, lkey,
+             lcount):  # type: ignore[no-untyped-def]
+    """Weighted max-min rates of the flows ``comp[:n_comp]`` over ``links[:n_links]``
+    by progressive filling: every unfrozen flow's rate is w x the fill level; the link
+    whose (capacity - frozen rates) / (unfrozen weight) is smallest fills first, its
+    flows freeze at that level; repeat.  The links wait in a min-heap by that level, so
+    a component of K links and nnz incidences costs O(nnz log K), not O(K^2).  Flows
+    outside the component must have ``frozen`` set (they are left as they are); the
+    component's flows are frozen again on return."""
+    for i in range(n_links):
+        k = links[i]
+        left[k] = capacity[k]
+        wsum[k] = 0.0
+        unfrozen[k] = 0
+    for i in range(n_comp):
+        f = comp[i]
+        frozen[f] = False
+        rate[f] = 0.0
+        for p in range(flow_ptr[f], flow_ptr[f + 1]):
+            k = flow_links[p]
+            wsum[k] += w[f]
+            unfrozen[k] += 1
+    for i in range(n_links):
+        k = links[i]
+        if unfrozen[k] > 0:
+            _heap_set(lheap, lpos, lkey, lcount, k, max(left[k], 0.0) / wsum[k])
+    while lcount[0] > 0:
+        k = lheap[0]
+        level = lkey[k]
+        _heap_set(lheap, lpos, lkey, lcount, k, np.inf)
+        for p in range(link_ptr[k], link_ptr[k + 1]):
+            f = link_flows[p]
+            if frozen[f]:
+                continue
+            frozen[f] = True
+            r = w[f] * level
+            rate[f] = r
+            for q in range(flow_ptr[f], flow_ptr[f + 1]):
+                k2 = flow_links[q]
+                left[k2] -= r
+                wsum[k2] -= w[f]
+                unfrozen[k2] -= 1
+                if k2 == k:
+                    continue
+                if unfrozen[k2] == 0:
+                    _heap_set(lheap, lpos, lkey, lcount, k2, np.inf)
+                else:       # never below the level reached (rounding)
+                    _heap_set(lheap, lpos, lkey, lcount, k2,
+                              max(max(left[k2], 0.0) / wsum[k2], level))
+    for i in range(n_comp):
+        frozen[comp[i]] = True
+
+
+# --------------------------------------------------------------------------- samples
+
+
+@njit(cache=True)
+def _flush_link(link_rate, link_tlast, bins, k, t, sample_s):  # type: ignore[no-untyped-def]
+    """Add link k's bytes from its last rate change to t into its sample bins (bin i
+    holds (i s, (i+1) s])."""
+    a = link_tlast[k]
+    r = link_rate[k]
+    link_tlast[k] = t
+    if r <= 0.0 or t <= a:
+        return
+    i = int(a / sample_s)
+    n = bins.shape[1]
+    while i < n:
+        lo = i * sample_s
+        hi = lo + sample_s
+        seg = min(t, hi) - max(a, lo)
+        if seg > 0.0:
+            bins[k, i] += r * seg
+        if hi >= t:
+            break
+        i += 1
+
+
+@njit(cache=True)
+def _flush_all(link_rate, link_tlast, bins, t, sample_s):  # type: ignore[no-untyped-def]
+    if sample_s <= 0.0:
+        return
+    for k in range(link_rate.shape[0]):
+        _flush_link(link_rate, link_tlast, bins, k, t, sample_s)
+
+
+# --------------------------------------------------------------------------- events
+
+
+@njit(cache=True)
+def _bring(f, t, rem, sent, rate, tlast):  # type: ignore[no-untyped-def]
+    """Flow f's progress up to t at its current rate."""
+    d = rate[f] * (t - tlast[f])
+    if d > 0.0:
+        rem[f] -= d
+        sent[f] += d
+    tlast[f] = t
+
+
+@njit(cache=True)
+def _finished(f, rem, flow_bytes):  # type: ignore[no-untyped-def]
+    """Flow f has delivered its phase's bytes (to a tolerance of 1e-9 of an iteration's)."""
+    return rem[f] <= flow_bytes[f] * _REL_TOL + 1e-6
+
+
+@njit(cache=True)
+def _link_stats(k, stamp, link_ptr, link_flows, active, rate, w, stat_mark, stat_load,
+                stat_norm):  # type: ignore[no-untyped-def]
+    """Link k's load and the highest rate/weight of its active flows (memoised per
+    ``stamp``)."""
+    if stat_mark[k] == stamp:
+        return
+    stat_mark[k] = stamp
+    load = 0.0
+    norm = 0.0
+    for p in range(link_ptr[k], link_ptr[k + 1]):
+        g = link_flows[p]
+        if active[g]:
+            load += rate[g]
+            nm = rate[g] / w[g]
+            if nm > norm:
+                norm = nm
+    stat_load[k] = load
+    stat_norm[k] = norm
+
+
+@njit(cache=True)
+def _bottlenecked(g, stamp, flow_ptr, flow_links, link_ptr, link_flows, capacity, active,
+                  rate, w, stat_mark, stat_load, stat_norm):  # type: ignore[no-untyped-def]
+    """Whether flow g has a bottleneck: a full link on which no flow gets more per unit
+    of weight.  An allocation where every flow has one is the weighted max-min one."""
+    mine = rate[g] / w[g]
+    for p in range(flow_ptr[g], flow_ptr[g + 1]):
+        k = flow_links[p]
+        _link_stats(k, stamp, link_ptr, link_flows, active, rate, w, stat_mark, stat_load,
+                    stat_norm)
+        if stat_load[k] >= capacity[k] * (1.0 - 1e-9) and mine >= stat_norm[k] * (1.0 - 1e-9):
+            return True
+    return False
+
+
+@njit(cache=True)
+def _whole_component(t, stamp, n_comp, n_queue, comp, queue, flow_ptr, flow_links, link_ptr,
+                     link_flows, active, flow_mark, link_mark, rem, sent, rate,
+                     tlast):  # type: ignore[no-untyped-def]
+    """The region grows into its whole contention component: every active flow
+    reachable from its links through shared links (brought to t).  Returns the new
+    counts of the region's flows and links."""
+    head = 0
+    while head < n_queue:
+        k = queue[head]
+        head += 1
+        for p in range(link_ptr[k], link_ptr[k + 1]):
+            h = link_flows[p]
+            if not active[h] or flow_mark[h] == stamp:
+                continue
+            flow_mark[h] = stamp
+            _bring(h, t, rem, sent, rate, tlast)
+            comp[n_comp] = h
+            n_comp += 1
+            for q in range(flow_ptr[h], flow_ptr[h + 1]):
+                k2 = flow_links[q]
+                if link_mark[k2] != stamp:
+                    link_mark[k2] = stamp
+                    queue[n_queue] = k2
+                    n_queue += 1
+    return n_comp, n_queue
+
+
+@njit(cache=True)
+def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capacity,
+             flow_bytes, weight, phase_fraction, phase_compute, iterations, jitter, params,
+             rec_start, rec_comm_start, rec_comm_end, rec_end, rec_phase_start,
+             rec_phase_end, clock, counters, rem, sent, rate, tlast, active, running, it,
+             phase, communicating, busy, heap, heap_pos, heap_key, link_rate, link_tlast,
+             bins, flow_mark, link_mark, job_mark, queue, comp, jobs_todo, left, wsum,
+             unfrozen, frozen, w, resid, stat_mark, stat_load, stat_norm, lheap, lpos, lkey,
+             lcount, t_stop,
+             max_events):  # type: ignore[no-untyped-def]
+    """Events up to t_stop.  Per event: the jobs and flows it concerns change state;
+    the flows whose rates it changes are found by growing a region from the event's
+    jobs (the flows' rates outside stay fixed, their capacity taken) until every flow on
+    the region's links has a bottleneck again; only those get new rates and events."""
+    slope, intercept, cap = params[0], params[1], params[2]
+    f_steps = int(params[3])
+    sample_s = params[4]
+    mltcp = slope != 0.0 or intercept != 1.0
+    n_flows = flow_job.shape[0]
+    n_phases = phase_compute.shape[1]
+    n_jit = jitter.shape[1]
+    t = clock[0]
+    while True:
+        if counters[_HEAP_SIZE] == 0:
+            for f in range(n_flows):
+                if active[f]:
+                    return STUCK
+            return DONE
+        t_next = heap_key[heap[0]]
+        if t_next > t_stop:
+            return RUNNING
+        if counters[_EVENTS] >= max_events:
+            return TOO_MANY_EVENTS
+        counters[_EVENTS] += 1
+        if t_next > t:
+            t = t_next
+        clock[0] = t
+        due = t + 1e-12 * (1.0 + abs(t))
+        counters[_STAMP] += 1
+        stamp = counters[_STAMP]
+        n_queue = 0          # the region's links (and the links of flows that stopped)
+        n_todo = 0           # jobs to look at (job j, or n_jobs + j: join its flows)
+        n_comp = 0           # the region's flows
+        n_jobs = job_ptr.shape[0] - 1
+        reweighted = False
+        # Every item due now: flows (a finish or an F mark) and jobs (compute ends).
+        while counters[_HEAP_SIZE] > 0 and heap_key[heap[0]] <= due:
+            item = heap[0]
+            _heap_set(heap, heap_pos, heap_key, counters, item, np.inf)
+            if item < n_flows:
+                jobs_todo[n_todo] = n_jobs + flow_job[item]
+                if rem[item] - rate[item] * (t - tlast[item]) > \
+                        flow_bytes[item] * _REL_TOL + 1e-6:
+                    reweighted = True            # an F mark, not a finish
+            else:
+                jobs_todo[n_todo] = item - n_flows
+            n_todo += 1
+        while True:
+            while n_todo > 0:
+                n_todo -= 1
+                j = jobs_todo[n_todo]
+                if j >= n_jobs:
+                    # The job's active flows join the region: brought to t; a flow that has
+                    # delivered its bytes stops (its links keep a place in the region: its
+                    # capacity is handed out) and the job looks at its barrier.
+                    j -= n_jobs
+                    if job_mark[j] == stamp:
+                        continue
+                    job_mark[j] = stamp
+                    for f in range(job_ptr[j], job_ptr[j + 1]):
+                        if not active[f] or flow_mark[f] == stamp:
+                            continue
+                        flow_mark[f] = stamp
+                        _bring(f, t, rem, sent, rate, tlast)
+                        for p in range(flow_ptr[f], flow_ptr[f + 1]):
+                            k = flow_links[p]
+                            if link_mark[k] != stamp:
+                                link_mark[k] = stamp
+                                queue[n_queue] = k
+                                n_queue += 1
+                        if _finished(f, rem, flow_bytes):
+                            rem[f] = 0.0
+                            active[f] = False
+                            rate[f] = 0.0
+                            _heap_set(heap, heap_pos, heap_key, counters, f, np.inf)
+                            busy[j] -= 1
+                        else:
+                            comp[n_comp] = f
+                            n_comp += 1
+                    jobs_todo[n_todo] = j
+                    n_todo += 1
+                    continue
+                if communicating[j] and busy[j] == 0:
+                    # Barrier: the phase is over; the next phase or iteration computes.
+                    communicating[j] = False
+                    i = it[j]
+                    rec_phase_end[j, i, phase[j]] = t
+                    if phase[j] == n_phases - 1:
+                        rec_comm_end[j, i] = t
+                        rec_end[j, i] = t
+                        it[j] = i + 1
+                        if it[j] >= iterations[j]:
+                            running[j] = False
+                            continue
+                        for f in range(job_ptr[j], job_ptr[j + 1]):
+                            sent[f] = 0.0            # a new iteration: bytes_ratio from 0
+                        phase[j] = 0
+                        rec_start[j, i + 1] = t
+                        compute = phase_compute[j, 0] + jitter[j, min(i + 1, n_jit - 1)]
+                    else:
+                        phase[j] += 1
+                        compute = phase_compute[j, phase[j]]
+                    ends = t + compute
+                    if ends > due:
+                        _heap_set(heap, heap_pos, heap_key, counters, n_flows + j, ends)
+                        continue
+                    jobs_todo[n_todo] = j            # no compute: the next phase starts now
+                    n_todo += 1
+                    continue
+                if communicating[j] or not running[j] or heap_pos[n_flows + j] >= 0:
+                    continue                         # still waiting for flows, or computing
+                # Its compute ended: the phase's communication starts.
+                communicating[j] = True
+                i = it[j]
+                if phase[j] == 0:
+                    rec_comm_start[j, i] = t
+                rec_phase_start[j, i, phase[j]] = t
+                frac = phase_fraction[j, phase[j]]
+                for f in range(job_ptr[j], job_ptr[j + 1]):
+                    r = flow_bytes[f] * frac
+                    tlast[f] = t
+                    rate[f] = 0.0
+                    if flow_ptr[f] == flow_ptr[f + 1]:
+                        rem[f] = 0.0                 # crosses no shaped link: no constraint,
+                        sent[f] += r                 # delivered at once
+                    elif r > flow_bytes[f] * _REL_TOL + 1e-6:
+                        rem[f] = r
+                        active[f] = True
+                        busy[j] += 1
+                        flow_mark[f] = stamp
+                        comp[n_comp] = f
+                        n_comp += 1
+                        for p in range(flow_ptr[f], flow_ptr[f + 1]):
+                            k = flow_links[p]
+                            if link_mark[k] != stamp:
+                                link_mark[k] = stamp
+                                queue[n_queue] = k
+                                n_queue += 1
+                    else:
+                        rem[f] = 0.0
+                if busy[j] == 0:
+                    jobs_todo[n_todo] = j
+                    n_todo += 1
+            # Flows on the region's links that deliver their last bytes now too (to the
+            # tolerance) stop in this event, not a fraction of a nanosecond later.
+            for i in range(n_queue):
+                k = queue[i]
+                for p in range(link_ptr[k], link_ptr[k + 1]):
+                    g = link_flows[p]
+                    if active[g] and flow_mark[g] != stamp and \
+                            rem[g] - rate[g] * (t - tlast[g]) <= flow_bytes[g] * _REL_TOL + 1e-6:
+                        jobs_todo[n_todo] = n_jobs + flow_job[g]
+                        n_todo += 1
+            if n_todo == 0:
+                break
+        # Rates for the region, grown until every flow on its links has a bottleneck.
+        evaluated = 0
+        rounds = 0
+        whole = reweighted
+        if whole:      # an F step on a shared link moves every rate of its component
+            n_comp, n_queue = _whole_component(t, stamp, n_comp, n_queue, comp, queue,
+                                               flow_ptr, flow_links, link_ptr, link_flows,
+                                               active, flow_mark, link_mark, rem, sent,
+                                               rate, tlast)
+        while True:
+            for i in range(evaluated, n_comp):
+                f = comp[i]
+                f_now = compiled_f(sent[f] / flow_bytes[f] if flow_bytes[f] > 0 else 0.0,
+                                   slope, intercept, cap)
+                w[f] = f_now * weight[f]
+            evaluated = n_comp
+            for i in range(n_queue):             # capacity the fixed flows leave
+                k = queue[i]
+                r = capacity[k]
+                for p in range(link_ptr[k], link_ptr[k + 1]):
+                    g = link_flows[p]
+                    if active[g] and flow_mark[g] != stamp:
+                        r -= rate[g]
+                resid[k] = r if r > 0.0 else 0.0
+            _max_min(comp, n_comp, queue, n_queue, w, flow_ptr, flow_links, link_ptr,
+                     link_flows, resid, rate, left, wsum, unfrozen, frozen, lheap, lpos,
+                     lkey, lcount)
+            if whole:
+                break
+            counters[_STAMP] += 1                # fresh link statistics
+            check = counters[_STAMP]
+            grown = False
+            for i in range(n_queue):
+                k = queue[i]
+                for p in range(link_ptr[k], link_ptr[k + 1]):
+                    g = link_flows[p]
+                    if not active[g] or _bottlenecked(
+                            g, check, flow_ptr, flow_links, link_ptr, link_flows, capacity,
+                            active, rate, w, stat_mark, stat_load, stat_norm):
+                        continue
+                    # g has no bottleneck: the flows on its links join the region.
+                    for q in range(flow_ptr[g], flow_ptr[g + 1]):
+                        k2 = flow_links[q]
+                        for p2 in range(link_ptr[k2], link_ptr[k2 + 1]):
+                            h = link_flows[p2]
+                            if active[h] and flow_mark[h] != stamp:
+                                flow_mark[h] = stamp
+                                _bring(h, t, rem, sent, rate, tlast)
+                                comp[n_comp] = h
+                                n_comp += 1
+                                grown = True
+                                for q2 in range(flow_ptr[h], flow_ptr[h + 1]):
+                                    k3 = flow_links[q2]
+                                    if link_mark[k3] != stamp:
+                                        link_mark[k3] = stamp
+                                        queue[n_queue] = k3
+                                        n_queue += 1
+            if not grown:
+                break
+            rounds += 1
+            if rounds < _LOCAL_ROUNDS:
+                continue
+            # Still growing: the change reaches far.  Checking again would cost more
+            # than solving the whole contention component at once.
+            whole = True
+            n_comp, n_queue = _whole_component(t, stamp, n_comp, n_queue, comp, queue,
+                                               flow_ptr, flow_links, link_ptr, link_flows,
+                                               active, flow_mark, link_mark, rem, sent,
+                                               rate, tlast)
+        counters[_RECOMPUTED] += n_comp
+        for i in range(n_queue):
+            k = queue[i]
+            if sample_s > 0.0:
+                _flush_link(link_rate, link_tlast, bins, k, t, sample_s)
+            total = 0.0
+            for p in range(link_ptr[k], link_ptr[k + 1]):
+                f = link_flows[p]
+                if active[f]:
+                    total += rate[f]
+            link_rate[k] = total
+        for i in range(n_comp):
+            f = comp[i]
+            r = rate[f]
+            key = np.inf
+            if r > 0.0:
+                key = t + rem[f] / r
+                if mltcp and f_steps > 0:
+                    step = flow_bytes[f] / f_steps
+                    mark = (math.floor(sent[f] / step + 1e-9) + 1.0) * step
+                    key = min(key, t + (mark - sent[f]) / r)
+            _heap_set(heap, heap_pos, heap_key, counters, f, key)

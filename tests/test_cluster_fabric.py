@@ -1,0 +1,111 @@
+"""The cluster model's first parts: the GPU leaf-spine, jobs as rings over their
+servers, the placement policies, and the fluid engine running them."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from mltcp.core.aggressiveness import Aggressiveness
+from mltcp.core.errors import SpecError
+from mltcp.lab.cluster.fabric import LeafSpine
+from mltcp.lab.cluster.jobs import PlacedJob, engine_state
+from mltcp.lab.cluster.placement import POLICIES, consolidated, first_fit, spread
+from mltcp.lab.models import fluid_engine
+
+
+def test_links_capacities_and_paths() -> None:
+    fab = LeafSpine(leaves=2, servers_per_leaf=4, spines=2, gpus_per_server=8,
+                    server_gbit=100, oversubscription=4)
+    assert (fab.servers, fab.gpus, fab.links) == (8, 64, 2 * 8 + 2 * 2 * 2)
+    assert fab.uplink_gbit == pytest.approx(4 * 100 / 4 / 2)       # 50 Gbit/s per spine
+    cap = fab.capacities()
+    assert cap[fab.nic_up(0)] == pytest.approx(100e9 / 8 * 1448 / 1514)
+    assert cap[fab.leaf_up(1, 1)] == pytest.approx(50e9 / 8 * 1448 / 1514)
+    ids = fab.link_ids()
+    assert len(ids) == fab.links and ids[fab.leaf_down(1, 0)] == "spine0>leaf1"
+    # same server: no link; same leaf: two NICs; across leaves: through one spine
+    assert fab.path(3, 3, "x") == []
+    assert fab.path(0, 3, "x") == [fab.nic_up(0), fab.nic_down(3)]
+    across = fab.path(0, 5, "x")
+    assert across[0] == fab.nic_up(0) and across[-1] == fab.nic_down(5)
+    spine = across[1] - fab.leaf_up(0, 0)
+    assert across[1:3] == [fab.leaf_up(0, spine), fab.leaf_down(1, spine)]
+    # ECMP: stable per flow, and flows spread over both spines
+    assert fab.path(0, 5, "x") == across
+    picks = {fab.path(0, 5, f"flow{i}")[1] for i in range(32)}
+    assert picks == {fab.leaf_up(0, 0), fab.leaf_up(0, 1)}
+
+
+def test_bad_fabric_names_the_field() -> None:
+    with pytest.raises(SpecError, match="cluster.oversubscription"):
+        LeafSpine(2, 4, 2, oversubscription=0.5)
+    with pytest.raises(SpecError, match="cluster.gpus_per_server"):
+        LeafSpine(2, 4, 2, gpus_per_server=0)
+    with pytest.raises(SpecError, match=r"jobs\[a\].gpus"):
+        PlacedJob("a", (), 0.1, 1e6, 10)
+
+
+def test_a_job_is_a_ring_over_its_servers() -> None:
+    fab = LeafSpine(2, 4, 2)
+    alone = PlacedJob("one", ((2, 8),), 0.1, 100e6, 5)
+    assert alone.flows(fab) == [] and alone.ring_bytes() == 0
+    ring = PlacedJob("r", ((0, 8), (1, 8), (4, 8)), 0.1, 90e6, 5)
+    assert ring.gpu_count == 24
+    assert ring.ring_bytes() == pytest.approx(2 * 2 / 3 * 90e6)
+    flows = ring.flows(fab)
+    assert [f[0] for f in flows] == [fab.nic_up(0), fab.nic_up(1), fab.nic_up(4)]
+    assert [f[-1] for f in flows] == [fab.nic_down(1), fab.nic_down(4), fab.nic_down(0)]
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_every_policy_places_exactly_what_is_asked_on_free_gpus(policy: str) -> None:
+    fab = LeafSpine(4, 4, 2)
+    rng = random.Random(1)
+    free = np.full(fab.servers, 8)
+    for gpus in (1, 3, 8, 16, 5, 24, 2):
+        where = POLICIES[policy](fab, free, gpus, rng)
+        assert where is not None and sum(n for _, n in where) == gpus
+        assert len({s for s, _ in where}) == len(where)
+        for server, n in where:
+            assert 0 < n <= free[server]
+            free[server] -= n
+    assert POLICIES[policy](fab, free, int(free.sum()) + 1, rng) is None
+
+
+def test_policies_differ_in_how_many_servers_a_job_spans() -> None:
+    fab = LeafSpine(4, 4, 2)
+    free = np.full(fab.servers, 8)
+    free[0] = 3                                   # a partly used server first
+    rng = random.Random(0)
+    assert first_fit(fab, free, 4, rng) == ((0, 3), (1, 1))
+    assert consolidated(fab, free, 4, rng) == ((1, 4),)      # one server that fits
+    assert consolidated(fab, free, 3, rng) == ((0, 3),)      # best fit: the fullest
+    # 16 GPUs: two whole servers under one leaf, not across the spine
+    two = consolidated(fab, free, 16, rng)
+    assert len(two) == 2 and len({fab.leaf_of(s) for s, _ in two}) == 1
+    spread_out = spread(fab, np.full(fab.servers, 8), 8, random.Random(3))
+    assert len(spread_out) > 1                    # random GPUs land on several servers
+
+
+def test_the_engine_runs_placed_jobs_contention_and_all() -> None:
+    # Two 2-server jobs share server 0's NIC (both rings start there): 100 MB each way
+    # at 100 Gbit/s payload rate; alone a job's flows take 8 ms per iteration.
+    fab = LeafSpine(1, 4, 1, server_gbit=100)
+    a = PlacedJob("a", ((0, 4), (1, 8)), 0.05, 100e6, 20)
+    b = PlacedJob("b", ((0, 4), (2, 8)), 0.05, 100e6, 20, start_s=0.002)
+    c = PlacedJob("c", ((3, 8),), 0.05, 100e6, 20)               # no network
+    rate = fab.capacities()[0]
+    alone = 0.05 + a.ring_bytes() / rate
+    for f in (None, Aggressiveness(4.0, 1.0)):
+        st = engine_state(fab, [a, b, c], f)
+        assert fluid_engine.advance_until(st, np.inf, 10**6) == fluid_engine.DONE
+        times = st.end - st.start
+        assert times[2] == pytest.approx(np.full(20, 0.05))
+        assert (times[:2] >= alone * (1 - 1e-9)).all()
+        if f is None:     # fair sharing keeps the pair overlapped, 2 ms apart
+            assert (times[:2, -1] > alone * 1.05).all()
+        else:             # MLTCP slides them apart: each back to its time alone
+            assert times[:2, -1] == pytest.approx([alone, alone], rel=1e-6)

@@ -1,0 +1,182 @@
+"""The fluid model's compiled event engine (mltcp.lab.models.fluid_engine).
+
+It replaced a dense engine that recomputed every rate at every event; the examples'
+traces must not change (tests/data holds the first engine's numbers), and what makes it
+scale must hold: events only touch their contention component, a run can be advanced
+in slices without changing its result, link samples are the integral of the rates."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mltcp.core.errors import SpecError
+from mltcp.lab.models import fluid, fluid_engine
+from mltcp.lab.models.lanes import build_batch
+from mltcp.lab.plan import resolve
+from mltcp.lab.runner import plan_runs
+from mltcp.lab.scenario import load_scenario
+
+FIRST_ENGINE = json.loads((Path(__file__).parent / "data"
+                           / "fluid_examples_first_engine.json").read_text())
+EXAMPLES = sorted(k for k in FIRST_ENGINE if not k.startswith("_"))
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_the_examples_give_what_the_first_engine_gave(name: str) -> None:
+    sc = load_scenario(name)
+    plans = plan_runs(sc, sc.seeds, dedicated=True)
+    traces = fluid.run_many(plans, fluid.FluidOptions(), record_links=True)
+    want = FIRST_ENGINE[name]
+    assert [(t.scheme, t.seed) for t in traces] == [(w["scheme"], w["seed"]) for w in want]
+    for trace, w in zip(traces, want, strict=True):
+        got = {}
+        for job in trace.jobs:
+            recs = np.array([[r.start, r.comm_end, r.end] for r in job.iterations])
+            got[job.name] = [len(recs), *recs.sum(axis=0).tolist()]
+        assert got.keys() == w["jobs"].keys()
+        for job, values in w["jobs"].items():
+            assert got[job][0] == values[0]
+            assert got[job][1:] == pytest.approx(values[1:], rel=1e-11, abs=1e-9), \
+                (trace.scheme, trace.seed, job)
+        carried = sum(s.throughput_bps for link in trace.links for s in link.samples)
+        assert carried == pytest.approx(w["link_samples_bps"], rel=1e-9)
+
+
+def _state(flow_links: list[list[int]], flow_job: list[int], capacity: list[float],
+           nbytes: float = 1e6, compute: float = 0.1, iterations: int = 3,
+           slope: float = 0.0, sample_s: float = 0.0,
+           start: list[float] | None = None) -> fluid_engine.EngineState:
+    n_jobs = max(flow_job) + 1
+    return fluid_engine.new_state(
+        np.array(flow_job), flow_links, np.array(capacity), np.full(len(flow_job), nbytes),
+        np.ones(len(flow_job)), np.ones((n_jobs, 1)), np.full((n_jobs, 1), compute),
+        np.full(n_jobs, iterations), np.array(start or [0.0] * n_jobs),
+        np.zeros((n_jobs, 1)), slope, 1.0, np.inf, 8, sample_s)
+
+
+def test_an_event_recomputes_its_component_only() -> None:
+    # Jobs a and b share link 0; job c is alone on link 1.  c's events must not touch
+    # a's and b's rates (their tlast stays where their own events set it).
+    st = _state([[0], [0], [1]], [0, 1, 2], [1e6, 1e6], start=[0.0, 0.0, 0.05])
+    assert fluid_engine.advance_until(st, 0.12, 10_000) == fluid_engine.RUNNING
+    # at 0.1 a and b start sharing link 0; at 0.15 c starts on link 1
+    assert st.rate[:2] == pytest.approx([5e5, 5e5]) and st.rate[2] == 0.0
+    assert st.tlast[:2] == pytest.approx([0.1, 0.1])
+    fluid_engine.advance_until(st, 0.16, 10_000)
+    assert st.rate[2] == pytest.approx(1e6)
+    assert st.tlast[2] == pytest.approx(0.15) and st.tlast[:2] == pytest.approx([0.1, 0.1])
+    assert fluid_engine.advance_until(st, np.inf, 10_000) == fluid_engine.DONE
+    # shared: 2 MB at 1 MB/s; alone: 1 MB at 1 MB/s
+    assert (st.end - st.start)[:2, 0] == pytest.approx([2.1, 2.1])
+    assert (st.end - st.start)[2] == pytest.approx([1.1, 1.1, 1.1])
+
+
+def test_slices_do_not_change_the_result() -> None:
+    sc = load_scenario("three-jobs")
+    batch, _ = build_batch([resolve(sc, sc.scheme("mltcp-cubic"), 0)])
+    whole = fluid.lane_state(batch, 0, fluid.FluidOptions(), record_links=True)
+    assert fluid_engine.advance_until(whole, np.inf, 10**7) == fluid_engine.DONE
+    sliced = fluid.lane_state(batch, 0, fluid.FluidOptions(), record_links=True)
+    until = 0.0
+    while fluid_engine.advance_until(sliced, until, 10**7) != fluid_engine.DONE:
+        until += 0.037
+    assert sliced.events == whole.events
+    np.testing.assert_array_equal(sliced.end, whole.end)
+    np.testing.assert_allclose(fluid_engine.finish_bins(sliced)[:, :200],
+                               fluid_engine.finish_bins(whole)[:, :200], rtol=1e-12)
+
+
+def test_link_bins_hold_the_integral_of_the_rate() -> None:
+    # One job alone: 1 MB at 1 MB/s after 0.1 s of compute, three iterations (1.1 s each);
+    # 10 ms bins: 10 empty, 100 full (10 kB each), then the next iteration.
+    st = _state([[0]], [0], [1e6], sample_s=0.01)
+    while fluid_engine.advance_until(st, np.inf, 10_000) == fluid_engine.RUNNING:
+        pass
+    bins = fluid_engine.finish_bins(st)[0]
+    assert bins[:10] == pytest.approx(np.zeros(10), abs=1e-6)
+    assert bins[10:110] == pytest.approx(np.full(100, 1e4))
+    assert bins[110:120] == pytest.approx(np.zeros(10), abs=1e-6)
+    assert bins.sum() == pytest.approx(3e6)
+
+
+def test_a_flow_without_capacity_is_stuck_not_silent() -> None:
+    st = _state([[0]], [0], [0.0])
+    assert fluid_engine.advance_until(st, np.inf, 10_000) == fluid_engine.STUCK
+    batch, _ = build_batch([resolve(load_scenario("compatible-pair"),
+                                    load_scenario("compatible-pair").scheme("cubic"), 0)])
+    batch.capacity[:] = 0.0
+    with pytest.raises(SpecError, match="topology"):
+        fluid.simulate(batch)
+
+
+def test_the_event_limit_is_an_error_that_names_the_option() -> None:
+    sc = load_scenario("compatible-pair")
+    batch, _ = build_batch([resolve(sc, sc.scheme("mltcp-cubic"), 0)])
+    with pytest.raises(SpecError, match="max_steps"):
+        fluid.simulate(batch, fluid.FluidOptions(max_steps=50))
+
+
+def test_flows_that_cross_no_shaped_link_take_no_time() -> None:
+    # A ring hop inside one server (no shaped link): the phase ends with the other flow.
+    st = _state([[0], []], [0, 0], [1e6], iterations=2)
+    assert fluid_engine.advance_until(st, np.inf, 10_000) == fluid_engine.DONE
+    assert (st.end - st.start)[0] == pytest.approx([1.1, 1.1])
+
+
+def _as_nobody(call):  # type: ignore[no-untyped-def]
+    """``call()``'s result in a forked child that runs as an unprivileged user (as root,
+    every directory is writable to os.access)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                     # the child
+        try:
+            os.close(read)
+            if os.getuid() == 0:
+                os.setgid(65534)
+                os.setuid(65534)
+            os.write(write, json.dumps(call()).encode())
+        except BaseException as exc:  # noqa: BLE001 - said to the parent
+            os.write(write, json.dumps({"error": repr(exc)}).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        out = pipe.read()
+    os.waitpid(pid, 0)
+    return json.loads(out)
+
+
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A temporary directory another user can reach (pytest's tmp_path is root's only)."""
+    with tempfile.TemporaryDirectory() as name:
+        Path(name).chmod(0o755)
+        yield Path(name)
+
+
+def test_the_compiled_engine_finds_a_cache_directory_it_may_write(open_tmp: Path) -> None:
+    tmp_path = open_tmp
+    writable = tmp_path / "pkg"
+    (writable / "__pycache__").mkdir(parents=True)
+    (writable / "__pycache__").chmod(0o777)
+    locked = tmp_path / "locked"
+    (locked / "__pycache__").mkdir(parents=True)
+    (locked / "__pycache__").chmod(0o555)
+    home = tmp_path / "home"
+    home.mkdir()
+    home.chmod(0o777)
+    found = _as_nobody(lambda: [fluid_engine.cache_dir(writable, None),       # in the tree
+                                fluid_engine.cache_dir(locked, home / ".cache"),  # user's
+                                fluid_engine.cache_dir(locked, locked / "x"),
+                                fluid_engine.cache_dir(locked, None), os.getuid()])
+    assert isinstance(found, list), found
+    in_tree, user_wide, neither, no_home, uid = found
+    assert in_tree is None and user_wide is None
+    assert neither == no_home == str(Path(tempfile.gettempdir()) / f"mltcp-numba-{uid}")
