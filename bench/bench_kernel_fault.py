@@ -44,7 +44,7 @@ def measure(ccs: list[str], rounds: int, seconds: float) -> dict:
                     run = bench.run(cc)
                     per_cc[cc].append(run.to_json())
                     print(f"round {r + 1}/{rounds} {cc:<12} garbage {run.counts.handed_garbage:>3}"
-                          f" episodes {run.counts.episodes:>3} bursts {run.counts.episodes_cwnd:>3}"
+                          f" episodes {run.counts.episodes:>3} bursts {run.counts.bursts:>3}"
                           f" of {run.counts.reductions:>6} "
                           f"reductions, drops {run.drops:>6}, goodput "
                           f"{run.goodput_fraction:.2f}", flush=True)
@@ -58,8 +58,8 @@ def measure(ccs: list[str], rounds: int, seconds: float) -> dict:
             "reductions": sum(x["reductions"] for x in runs),
             "garbage": sum(x["handed_garbage"] for x in runs),
             "episodes": sum(x["episodes"] for x in runs),
-            "bursts": sum(x["episodes_cwnd"] for x in runs),
-            "bursts_per_minute": sum(x["episodes_cwnd"] for x in runs) * 60 / secs,
+            "bursts": sum(x["bursts"] for x in runs),
+            "bursts_per_minute": sum(x["bursts"] for x in runs) * 60 / secs,
             "drops": sum(x["drops"] for x in runs),
             "drops_per_minute": sum(x["drops"] for x in runs) * 60 / secs,
             "garbage_per_minute": sum(x["handed_garbage"] for x in runs) * 60 / secs,

@@ -20,7 +20,12 @@
  *    Counted once per episode (until a clean segment is seen again);
  *  - SEGMENTS_WITH_GARBAGE: every such segment;
  *  - EPISODES_CWND / EPISODES_OPEN: episodes that began with a garbage cwnd (not
- *    ssthresh), and outside a reduction (CA state Open or Disorder).
+ *    ssthresh), and outside a reduction (CA state Open or Disorder);
+ *  - BURSTS: garbage-window episodes in which TCP sent more than
+ *    PROBE_BURST_SEGMENTS segments between two incoming segments (snd_nxt moved
+ *    that far): what the window let out.  A garbage window that nothing is sent
+ *    under (an undo on the last ACKs of a closing connection, nothing left to
+ *    send) is an episode but no burst.
  * The last garbage value is kept per name (it identifies the stale stack word).
  */
 #include "vmlinux.h"
@@ -32,6 +37,9 @@ char _license[] SEC("license") = "GPL";
 
 #define PROBE_SANE_WINDOW (1U << 20)
 #define PROBE_INFINITE_SSTHRESH 0x7fffffffU
+/* More than one incoming ACK ever releases under a sane window here (delayed ACKs
+ * cover two segments; the bursts of the fault were 130-210 packets). */
+#define PROBE_BURST_SEGMENTS 64
 
 enum probe_count {
 	PROBE_REDUCTIONS = 0,
@@ -41,7 +49,8 @@ enum probe_count {
 	PROBE_SEGMENTS = 4,
 	PROBE_EPISODES_CWND = 5,     /* episodes that began with a garbage cwnd */
 	PROBE_EPISODES_OPEN = 6,     /* episodes that began outside a reduction (Open/Disorder) */
-	PROBE_NCOUNTS = 7,
+	PROBE_BURSTS = 7,            /* garbage-window episodes TCP sent a burst in */
+	PROBE_NCOUNTS = 8,
 };
 
 struct probe_key {
@@ -60,13 +69,22 @@ struct {
 	__type(value, struct probe_counts);
 } probe_counts SEC(".maps");
 
-/* Sockets inside an episode (keyed by address; an LRU so closed sockets age out). */
+/* Sockets inside an episode (keyed by address; an LRU so closed sockets age out):
+ * 1 in an episode, 2 once its burst was counted. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 4096);
 	__type(key, __u64);
 	__type(value, __u8);
 } probe_in_episode SEC(".maps");
+
+/* Each socket's snd_nxt at its last incoming segment. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, __u32);
+} probe_last_nxt SEC(".maps");
 
 static __always_inline struct probe_counts *counts_of(struct tcp_sock *tp)
 {
@@ -116,7 +134,7 @@ int BPF_PROG(probe_segment, struct sock *sk, const struct sk_buff *skb)
 	struct probe_counts *c;
 	__u64 key = (__u64)sk;
 	__u8 one = 1, *inside;
-	__u32 bad;
+	__u32 bad, nxt, sent, *last;
 
 	if (!tp)
 		return 0;
@@ -124,6 +142,10 @@ int BPF_PROG(probe_segment, struct sock *sk, const struct sk_buff *skb)
 	if (!c)
 		return 0;
 	__sync_fetch_and_add(&c->n[PROBE_SEGMENTS], 1);
+	last = bpf_map_lookup_elem(&probe_last_nxt, &key);
+	nxt = tp->snd_nxt;
+	sent = last ? nxt - *last : 0;
+	bpf_map_update_elem(&probe_last_nxt, &key, &nxt, BPF_ANY);
 	inside = bpf_map_lookup_elem(&probe_in_episode, &key);
 	bad = garbage_value(tp);
 	if (bad) {
@@ -136,6 +158,12 @@ int BPF_PROG(probe_segment, struct sock *sk, const struct sk_buff *skb)
 			if (BPF_CORE_READ_BITFIELD(&tp->inet_conn, icsk_ca_state) < TCP_CA_CWR)
 				__sync_fetch_and_add(&c->n[PROBE_EPISODES_OPEN], 1);
 			bpf_map_update_elem(&probe_in_episode, &key, &one, BPF_ANY);
+			inside = bpf_map_lookup_elem(&probe_in_episode, &key);
+		}
+		if (inside && *inside == 1 && tp->snd_cwnd > PROBE_SANE_WINDOW &&
+		    sent > PROBE_BURST_SEGMENTS * tp->mss_cache) {
+			__sync_fetch_and_add(&c->n[PROBE_BURSTS], 1);
+			*inside = 2;
 		}
 	} else if (inside) {
 		bpf_map_delete_elem(&probe_in_episode, &key);

@@ -447,6 +447,17 @@ static __always_inline void mltcp_contain_cwnd(struct sock *sk, struct mltcp_flo
 	}
 }
 
+/* set_state(): TCP returns to Open after an undo (tcp_try_undo_recovery(), a D-SACK
+ * undo then tcp_try_to_open()) on ACKs that may never reach cong_control() (the
+ * old-ACK path of tcp_ack() transmits right after): contain a garbage undo_cwnd()
+ * window here, before that transmission. */
+static __always_inline void mltcp_on_set_state(struct sock *sk, struct mltcp_flow *fl,
+					       __u8 new_state)
+{
+	if (new_state == TCP_CA_Open)
+		mltcp_contain_cwnd(sk, fl);
+}
+
 /*
  * First part of every module's cong_control(): keep TCP's window and ssthresh to
  * the module's decisions.  ``fallback_ssthresh`` is the algorithm's ssthresh for a

@@ -172,6 +172,7 @@ SEC("struct_ops")
 void BPF_PROG(mltcp_cubic_state, struct sock *sk, __u8 new_state)
 {
 	cubictcp_state(sk, new_state);
+	mltcp_on_set_state(sk, &cubic_ca(sk)->m, new_state);
 }
 
 SEC("struct_ops")

@@ -156,6 +156,7 @@ void BPF_PROG(mltcp_dctcp_state, struct sock *sk, __u8 new_state)
 	/* Fast retransmit: a loss is a loss, halve like Reno (RTOs arrive as CA_EVENT_LOSS). */
 	if (new_state == TCP_CA_Recovery && new_state != mltcp_icsk(sk)->icsk_ca_state)
 		dctcp_react_to_loss(sk, ca);
+	mltcp_on_set_state(sk, &ca->m, new_state);
 }
 
 /*

@@ -12,8 +12,9 @@
  * ssthresh()/undo_cwnd() return (a kernel fault, docs/known-issues.md) never
  * becomes the window; with F = 1 the window follows the kernel's Reno exactly.
  * A flow that belongs to no job, or whose job config is disabled or stale, has
- * F = 1.  The added cwnd_event() only watches CA_EVENT_TX_START for iteration
- * boundaries.
+ * F = 1.  The added cwnd_event() watches CA_EVENT_TX_START for iteration
+ * boundaries, and it and the added set_state() contain a garbage undo window on
+ * the paths that skip cong_control().
  */
 #include "mltcp.h"
 
@@ -89,6 +90,12 @@ void BPF_PROG(mltcp_reno_cwnd_event, struct sock *sk, enum tcp_ca_event event)
 }
 
 SEC("struct_ops")
+void BPF_PROG(mltcp_reno_state, struct sock *sk, __u8 new_state)
+{
+	mltcp_on_set_state(sk, &reno_ca(sk)->m, new_state);
+}
+
+SEC("struct_ops")
 __u32 BPF_PROG(mltcp_reno_undo_cwnd, struct sock *sk)
 {
 	return tcp_reno_undo_cwnd(sk);
@@ -101,6 +108,7 @@ struct tcp_congestion_ops mltcp_reno = {
 	.pkts_acked = (void *)mltcp_reno_acked,
 	.cong_control = (void *)mltcp_reno_cong_control,
 	.ssthresh = (void *)mltcp_reno_ssthresh,
+	.set_state = (void *)mltcp_reno_state,
 	.cwnd_event = (void *)mltcp_reno_cwnd_event,
 	.undo_cwnd = (void *)mltcp_reno_undo_cwnd,
 	.name = "mltcp_reno",

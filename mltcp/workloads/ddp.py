@@ -205,4 +205,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # A worker process ends here, its results written (the hook's records closed in
+    # train()) and its output flushed below.  The interpreter's own finalization is
+    # skipped: gloo's threads and c10d's static objects can still be tearing down there,
+    # and a race among them aborted a rank after a successful run (std::terminate,
+    # SIGABRT; once in a full CI run, with every reference already collected).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

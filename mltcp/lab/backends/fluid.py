@@ -1,8 +1,8 @@
 """The ``fluid`` backend: plans on the flow-level model (:mod:`mltcp.lab.models.fluid`).
 
-All plans go in one call: plans of one structure advance as lanes of one batch, so N
-seeds or grid points cost about one run.  No root, no queues: link samples carry
-throughput only.
+All plans go in one call: plans of one structure form one batch, each run an engine
+state of the compiled event engine (:mod:`mltcp.lab.models.fluid_engine`).  No root,
+no queues: link samples carry throughput only.
 """
 
 from __future__ import annotations

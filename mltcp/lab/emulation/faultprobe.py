@@ -3,9 +3,11 @@
 :file:`kernel/cc_fault_probe.bpf.c` attaches to two TCP tracepoints (``tcp_cong_state_set``
 and ``tcp_probe``) and shares no code with the mltcp modules, so its counts are an
 independent measure of the fault of docs/known-issues.md: how often TCP was handed a
-garbage ``ssthresh()`` return (the fault itself) and how often the garbage survived to
-transmission (an *episode*, what becomes a burst).  Used by the regression test
-(tests/test_kernel_fault.py) and ``bench/bench_kernel_fault.py``.
+garbage ``ssthresh()`` return (the fault itself), how often the garbage survived to
+the next incoming segment (an *episode*), and how often TCP sent more than 64 segments
+under a garbage window between two incoming segments (a *burst*: what the fault costs).
+Used by the regression test (tests/test_kernel_fault.py) and
+``bench/bench_kernel_fault.py``.
 
 Attached only while the :class:`FaultProbe` is open (the links die with the object), so
 it leaves nothing in the kernel.  The probe is a tracing program, and the kernel skips a
@@ -30,7 +32,7 @@ class _Key(ctypes.Structure):
 
 
 class _Counts(ctypes.Structure):
-    _fields_ = [("n", ctypes.c_uint64 * 7), ("last_bad", ctypes.c_uint64)]
+    _fields_ = [("n", ctypes.c_uint64 * 8), ("last_bad", ctypes.c_uint64)]
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class FaultCounts:
     segments: int
     episodes_cwnd: int           # episodes that began with a garbage cwnd (else ssthresh)
     episodes_open: int           # episodes that began outside a reduction (Open/Disorder)
+    bursts: int                  # garbage-window episodes TCP sent > 64 segments in
     last_bad: int
 
     def to_json(self) -> dict[str, int]:
@@ -56,10 +59,11 @@ class FaultCounts:
                            self.segments_with_garbage - before.segments_with_garbage,
                            self.segments - before.segments,
                            self.episodes_cwnd - before.episodes_cwnd,
-                           self.episodes_open - before.episodes_open, self.last_bad)
+                           self.episodes_open - before.episodes_open,
+                           self.bursts - before.bursts, self.last_bad)
 
 
-ZERO = FaultCounts(0, 0, 0, 0, 0, 0, 0, 0)
+ZERO = FaultCounts(0, 0, 0, 0, 0, 0, 0, 0, 0)
 
 
 class FaultProbe:

@@ -28,11 +28,14 @@ Model
   F between phase events, which is exactly the assumption of the HotNets'24
   analysis (see :func:`hotnets_shift`); the default of 8 steps approximates
   the per-ACK F of the kernel modules (on the example scenarios 0 to 128 steps
-  give the same convergence iteration; each step costs events).
+  give the same convergence iteration; each step costs events).  An event
+  recomputes the rates only of the flows it can change, and F of those flows
+  (:mod:`mltcp.lab.models.fluid_engine`, compiled: what lets one run hold a
+  cluster's thousand jobs).
 * Many independent runs of one structure (same jobs and links; different
-  parameters, seeds or start offsets) advance together as *lanes* of one set of
-  numpy arrays: each step moves every lane to its own next event.  That is what
-  makes sweeps fast; a single run is a batch of one lane.
+  parameters, seeds or start offsets) form a batch of *lanes*, one engine state
+  each, advanced together in slices of simulated time, so progress reports the
+  time every lane has reached.
 
 What it leaves out, on purpose: slow start, losses, queues and RTTs.  Queue and
 ECN/drop columns of its link samples are 0.
@@ -250,8 +253,8 @@ def hotnets_shift(delta: float, a_t: float, slope: float, intercept: float) -> f
 def run_many(plans: Sequence[RunPlan], options: FluidOptions | None = None,
              record_links: bool = True,
              progress: Callable[[float], None] | None = None) -> list[Trace]:
-    """Traces of ``plans`` in their order; plans of one structure advance as lanes of
-    one batch (one numpy step moves all of them), so N seeds cost about one run."""
+    """Traces of ``plans`` in their order; plans of one structure form one batch (one
+    layout, each lane its own engine state)."""
     def run_group(group: list[RunPlan], structs: list[Structure]) -> list[Trace]:
         batch, _ = build_batch(group, structs)
         result = simulate(batch, options, record_links=record_links, progress=progress)
