@@ -81,7 +81,7 @@ if not numba.config.CACHE_DIR:
 compiled_f = njit(cache=True)(f_float)      # the one F, compiled for the engine
 
 # advance_until's outcome
-DONE, RUNNING, STUCK, TOO_MANY_EVENTS = 0, 1, 2, 3
+DONE, RUNNING, STUCK, TOO_MANY_EVENTS, JOB_DONE = 0, 1, 2, 3, 4
 
 # EngineState.counters
 _HEAP_SIZE, _EVENTS, _STAMP, _RECOMPUTED = 0, 1, 2, 3
@@ -115,7 +115,8 @@ class EngineState:
     phase_compute: np.ndarray     # (J, P)
     iterations: np.ndarray        # (J,) int64
     jitter: np.ndarray            # (J, N)
-    params: np.ndarray            # [slope, intercept, cap, f_steps, sample_s (0: no samples)]
+    params: np.ndarray            # [slope, intercept, cap, f_steps, sample_s (0: no samples),
+                                  #  stop when a job ends (0/1)]
     # records (NaN: not run)
     start: np.ndarray             # (J, N)
     comm_start: np.ndarray
@@ -195,9 +196,12 @@ def new_state(flow_job: np.ndarray, flow_links: list[list[int]], capacity: np.nd
               flow_bytes: np.ndarray, weight: np.ndarray, phase_fraction: np.ndarray,
               phase_compute: np.ndarray, iterations: np.ndarray, start: np.ndarray,
               jitter: np.ndarray, slope: float, intercept: float, cap: float,
-              f_steps: int, sample_s: float, n_iter: int = 0) -> EngineState:
+              f_steps: int, sample_s: float, n_iter: int = 0,
+              stop_on_job_done: bool = False) -> EngineState:
     """A run at time 0: every job with iterations computes its first phase.
-    ``n_iter``: records for this many iterations (at least the most any job runs)."""
+    ``n_iter``: records for this many iterations (at least the most any job runs);
+    ``stop_on_job_done``: :func:`advance_until` returns JOB_DONE after the event in which
+    a job ran its last iteration (the cluster simulator schedules then)."""
     n_flows, n_links, n_jobs = len(flow_job), len(capacity), len(iterations)
     n_iter = max(int(iterations.max(initial=0)), 1, n_iter)
     n_phases = phase_compute.shape[1]
@@ -220,7 +224,8 @@ def new_state(flow_job: np.ndarray, flow_links: list[list[int]], capacity: np.nd
         phase_fraction=np.asarray(phase_fraction, float),
         phase_compute=np.asarray(phase_compute, float),
         iterations=np.asarray(iterations, dtype=np.int64), jitter=jit,
-        params=np.array([slope, intercept, cap, f_steps, sample_s], dtype=float),
+        params=np.array([slope, intercept, cap, f_steps, sample_s, float(stop_on_job_done)],
+                        dtype=float),
         start=nan(n_jobs, n_iter), comm_start=nan(n_jobs, n_iter),
         comm_end=nan(n_jobs, n_iter), end=nan(n_jobs, n_iter),
         phase_start=nan(n_jobs, n_iter, n_phases), phase_end=nan(n_jobs, n_iter, n_phases),
@@ -259,7 +264,8 @@ def _link_heap(n_links: int) -> dict[str, np.ndarray]:
 def advance_until(st: EngineState, t_stop: float, max_events: int) -> int:
     """Process every event up to ``t_stop`` (simulated seconds): DONE when no job has
     anything left, RUNNING when the next event lies beyond ``t_stop``, STUCK when flows
-    with bytes left get no capacity, TOO_MANY_EVENTS past ``max_events``."""
+    with bytes left get no capacity, TOO_MANY_EVENTS past ``max_events``, JOB_DONE after
+    a job's last iteration where the state was made with ``stop_on_job_done``."""
     sample_s = st.params[4]
     while True:
         horizon = t_stop
@@ -288,6 +294,11 @@ def advance_until(st: EngineState, t_stop: float, max_events: int) -> int:
             float(horizon), int(max_events))
         if status != RUNNING or horizon >= t_stop:
             return status
+
+
+def set_event(st: EngineState, item: int, t: float) -> None:
+    """Give flow ``item`` (or job ``F + j``) its next event at ``t`` (inf: none)."""
+    _heap_set(st.heap, st.heap_pos, st.heap_key, st.counters, item, t)
 
 
 def _next_key(st: EngineState) -> float:
@@ -595,6 +606,7 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
         n_comp = 0           # the region's flows
         n_jobs = job_ptr.shape[0] - 1
         reweighted = False
+        job_done = False
         # Every item due now: flows (a finish or an F mark) and jobs (compute ends).
         while counters[_HEAP_SIZE] > 0 and heap_key[heap[0]] <= due:
             item = heap[0]
@@ -653,6 +665,7 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
                         it[j] = i + 1
                         if it[j] >= iterations[j]:
                             running[j] = False
+                            job_done = True
                             continue
                         for f in range(job_ptr[j], job_ptr[j + 1]):
                             sent[f] = 0.0            # a new iteration: bytes_ratio from 0
@@ -806,3 +819,5 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
                     mark = (math.floor(sent[f] / step + 1e-9) + 1.0) * step
                     key = min(key, t + (mark - sent[f]) / r)
             _heap_set(heap, heap_pos, heap_key, counters, f, key)
+        if job_done and params[5] > 0.0:
+            return JOB_DONE
