@@ -534,6 +534,19 @@ def _bottlenecked(g, stamp, flow_ptr, flow_links, link_ptr, link_flows, capacity
 
 
 @njit(cache=True)
+def _queue_links(f, stamp, flow_ptr, flow_links, link_mark, queue,
+                 n_queue):  # type: ignore[no-untyped-def]
+    """Flow f's links not yet in the region join its queue; returns the queue's length."""
+    for p in range(flow_ptr[f], flow_ptr[f + 1]):
+        k = flow_links[p]
+        if link_mark[k] != stamp:
+            link_mark[k] = stamp
+            queue[n_queue] = k
+            n_queue += 1
+    return n_queue
+
+
+@njit(cache=True)
 def _whole_component(t, stamp, n_comp, n_queue, comp, queue, flow_ptr, flow_links, link_ptr,
                      link_flows, active, flow_mark, link_mark, rem, sent, rate,
                      tlast):  # type: ignore[no-untyped-def]
@@ -552,12 +565,8 @@ def _whole_component(t, stamp, n_comp, n_queue, comp, queue, flow_ptr, flow_link
             _bring(h, t, rem, sent, rate, tlast)
             comp[n_comp] = h
             n_comp += 1
-            for q in range(flow_ptr[h], flow_ptr[h + 1]):
-                k2 = flow_links[q]
-                if link_mark[k2] != stamp:
-                    link_mark[k2] = stamp
-                    queue[n_queue] = k2
-                    n_queue += 1
+            n_queue = _queue_links(h, stamp, flow_ptr, flow_links, link_mark, queue,
+                                   n_queue)
     return n_comp, n_queue
 
 
@@ -636,12 +645,8 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
                             continue
                         flow_mark[f] = stamp
                         _bring(f, t, rem, sent, rate, tlast)
-                        for p in range(flow_ptr[f], flow_ptr[f + 1]):
-                            k = flow_links[p]
-                            if link_mark[k] != stamp:
-                                link_mark[k] = stamp
-                                queue[n_queue] = k
-                                n_queue += 1
+                        n_queue = _queue_links(f, stamp, flow_ptr, flow_links, link_mark, queue,
+                                               n_queue)
                         if _finished(f, rem, flow_bytes):
                             rem[f] = 0.0
                             active[f] = False
@@ -705,12 +710,8 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
                         flow_mark[f] = stamp
                         comp[n_comp] = f
                         n_comp += 1
-                        for p in range(flow_ptr[f], flow_ptr[f + 1]):
-                            k = flow_links[p]
-                            if link_mark[k] != stamp:
-                                link_mark[k] = stamp
-                                queue[n_queue] = k
-                                n_queue += 1
+                        n_queue = _queue_links(f, stamp, flow_ptr, flow_links, link_mark, queue,
+                                               n_queue)
                     else:
                         rem[f] = 0.0
                 if busy[j] == 0:
@@ -779,12 +780,8 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
                                 comp[n_comp] = h
                                 n_comp += 1
                                 grown = True
-                                for q2 in range(flow_ptr[h], flow_ptr[h + 1]):
-                                    k3 = flow_links[q2]
-                                    if link_mark[k3] != stamp:
-                                        link_mark[k3] = stamp
-                                        queue[n_queue] = k3
-                                        n_queue += 1
+                                n_queue = _queue_links(h, stamp, flow_ptr, flow_links,
+                                                       link_mark, queue, n_queue)
             if not grown:
                 break
             rounds += 1
