@@ -89,3 +89,5 @@ def test_bad_requests_name_the_field() -> None:
         ClusterSim(FABRIC, [_req("a", 0.0, 1)], "nosuch", None)
     with pytest.raises(SpecError, match=r"jobs\[a\].arrival_s"):
         _req("a", -1.0, 1)
+    with pytest.raises(SpecError, match=r"jobs\[a\].compute_s"):    # at arrival, not later
+        _req("a", 0.0, 1, compute=-0.1)

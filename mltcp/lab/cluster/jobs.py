@@ -22,6 +22,15 @@ from mltcp.lab.cluster.fabric import LeafSpine
 from mltcp.lab.models import fluid_engine
 
 
+def check_costs(field: str, compute_s: object, gradient_bytes: object,
+                iterations: object) -> None:
+    """A job's per-iteration compute and gradient bytes and its iteration count, checked
+    the same way whether it is a request waiting in a queue or a placed job."""
+    validate.number(compute_s, f"{field}.compute_s", 0, 86_400, "0.2")
+    validate.number(gradient_bytes, f"{field}.gradient_bytes", 0, 1e13, "100e6")
+    validate.integer(iterations, f"{field}.iterations", 1, 10**9, "1000")
+
+
 @dataclass(frozen=True)
 class PlacedJob:
     """A job and the GPUs it got: ``gpus`` maps server -> GPUs used there."""
@@ -37,9 +46,7 @@ class PlacedJob:
         field = f"jobs[{self.name}]"
         if not self.gpus:
             raise SpecError(f"{field}.gpus", "is empty", "place the job on at least one GPU")
-        validate.number(self.compute_s, f"{field}.compute_s", 0, 86_400, "0.2")
-        validate.number(self.gradient_bytes, f"{field}.gradient_bytes", 0, 1e13, "100e6")
-        validate.integer(self.iterations, f"{field}.iterations", 1, 10**9, "1000")
+        check_costs(field, self.compute_s, self.gradient_bytes, self.iterations)
         validate.number(self.start_s, f"{field}.start_s", 0, 1e9, "0")
 
     @property

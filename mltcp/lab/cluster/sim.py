@@ -4,8 +4,8 @@ Between two scheduling moments (an arrival, a job's last iteration) the set of r
 jobs is fixed and the fluid engine runs them (:mod:`mltcp.lab.models.fluid_engine`);
 at each moment the engine stops (``stop_on_job_done``), finished jobs free their GPUs,
 the scheduler starts what fits, and the engine's state is rebuilt for the new set with
-every running job's progress carried over (its iteration, phase, compute deadline and
-each flow's bytes left).  Rates are recomputed for every active flow at the rebuild.
+every running job's progress carried over (:func:`mltcp.lab.models.fluid_engine.carry_over`).
+Rates are recomputed for every active flow at the rebuild.
 
 What a job's times mean: arrival (it enters the queue), start (it gets its GPUs: JWT =
 start - arrival), end (its last iteration's end: JCT = end - arrival).
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +24,7 @@ from mltcp.core import validate
 from mltcp.core.aggressiveness import Aggressiveness
 from mltcp.core.errors import SpecError
 from mltcp.lab.cluster.fabric import LeafSpine
-from mltcp.lab.cluster.jobs import PlacedJob, engine_state
+from mltcp.lab.cluster.jobs import PlacedJob, check_costs, engine_state
 from mltcp.lab.cluster.placement import POLICIES
 from mltcp.lab.models import fluid_engine
 
@@ -44,6 +44,7 @@ class JobRequest:
         field = f"jobs[{self.name}]"
         validate.number(self.arrival_s, f"{field}.arrival_s", 0, 1e9, "0")
         validate.integer(self.gpus, f"{field}.gpus", 1, 1 << 20, "8")
+        check_costs(field, self.compute_s, self.gradient_bytes, self.iterations)
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,8 @@ class ClusterResult:
 
 
 def poisson_arrivals(n: int, jobs_per_hour: float, rng: random.Random,
-                     make: callable) -> list[JobRequest]:  # type: ignore[valid-type]
+                     make: Callable[[int, float, random.Random], JobRequest]
+                     ) -> list[JobRequest]:
     """``n`` jobs with exponential gaps at ``jobs_per_hour``; ``make(i, arrival_s, rng)``
     builds each."""
     t, out = 0.0, []
@@ -94,33 +96,6 @@ def poisson_arrivals(n: int, jobs_per_hour: float, rng: random.Random,
         out.append(make(i, t, rng))
         t += rng.expovariate(jobs_per_hour / 3600.0)
     return out
-
-
-def _carry(old: fluid_engine.EngineState, old_index: dict[str, int],
-           new: fluid_engine.EngineState, names: Sequence[str], t: float) -> None:
-    """Put the running jobs' progress from ``old`` into ``new`` at time ``t``; every
-    active flow gets an event at ``t`` so that its rate is computed again."""
-    n_old, n_new = len(old.flow_job), len(new.flow_job)
-    new.clock[0] = t
-    for jn, name in enumerate(names):
-        jo = old_index.get(name)
-        if jo is None:
-            continue
-        for what in ("start", "comm_start", "comm_end", "end", "phase_start", "phase_end"):
-            getattr(new, what)[jn] = getattr(old, what)[jo]
-        new.it[jn], new.phase[jn] = old.it[jo], old.phase[jo]
-        new.running[jn], new.communicating[jn] = old.running[jo], old.communicating[jo]
-        new.busy[jn] = old.busy[jo]
-        key = old.heap_key[n_old + jo] if old.heap_pos[n_old + jo] >= 0 else math.inf
-        fluid_engine.set_event(new, n_new + jn, key)
-        fo, fn = old.job_ptr[jo], new.job_ptr[jn]
-        for k in range(old.job_ptr[jo + 1] - fo):
-            a, b = fo + k, fn + k
-            moved = old.rate[a] * (t - old.tlast[a]) if old.active[a] else 0.0
-            new.rem[b], new.sent[b] = old.rem[a] - moved, old.sent[a] + moved
-            new.active[b], new.tlast[b], new.w[b] = old.active[a], t, old.w[a]
-            if new.active[b]:
-                fluid_engine.set_event(new, b, t)
 
 
 class ClusterSim:
@@ -158,8 +133,9 @@ class ClusterSim:
                 new = engine_state(self.fabric, jobs, self.f, self.seed, self.f_steps,
                                    n_iter=n_iter, stop_on_job_done=True)
                 if st is not None:
-                    _carry(st, {j.name: i for i, j in enumerate(running)}, new,
-                           [j.name for j in jobs], t)
+                    was = {j.name: i for i, j in enumerate(running)}
+                    fluid_engine.carry_over(st, new, [(was[j.name], i) for i, j in
+                                                      enumerate(jobs) if j.name in was], t)
                 else:
                     new.clock[0] = t
             if st is not None:

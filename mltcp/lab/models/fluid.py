@@ -143,14 +143,16 @@ def simulate(batch: Batch, options: FluidOptions | None = None,
     batch.check()
     states = [lane_state(batch, lane, opt, record_links) for lane in range(batch.lanes)]
     live = list(range(batch.lanes))
-    until, span = 0.0, 1.0
+    until, span, events = 0.0, 1.0, 0
     while live:
         until += span
         began = time.monotonic()
         for lane in list(live):
             st = states[lane]
-            left = opt.max_steps - sum(s.events for s in states)
-            status = fluid_engine.advance_until(st, until, st.events + max(left, 0))
+            before = st.events
+            status = fluid_engine.advance_until(st, until,
+                                                before + max(opt.max_steps - events, 0))
+            events += st.events - before
             if status == fluid_engine.TOO_MANY_EVENTS:
                 raise SpecError("max_steps",
                                 f"the model did not finish within {opt.max_steps} events",
@@ -164,12 +166,13 @@ def simulate(batch: Batch, options: FluidOptions | None = None,
             progress(until)
         if time.monotonic() - began < 0.5:
             span *= 2
+
     def stack(name: str) -> np.ndarray:
         return np.stack([getattr(st, name) for st in states])
 
     result = BatchResult(stack("start"), stack("comm_start"), stack("comm_end"),
                          stack("end"), stack("phase_start"), stack("phase_end"),
-                         steps=sum(st.events for st in states))
+                         steps=events)
     if record_links:
         result.link_bins = [fluid_engine.finish_bins(st) for st in states]
         result.link_end = [st.t for st in states]

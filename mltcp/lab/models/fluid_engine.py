@@ -8,11 +8,13 @@ hundred events at that scale (``bench/bench_cluster_scale.py``).  Here:
 
 * the link-flow incidence is sparse (CSR both ways: a flow's links, a link's flows);
 * an event (a job's compute ends, a flow delivers its bytes, an MLTCP flow's
-  bytes_ratio reaches its next 1/f_steps mark) only recomputes the rates of its
-  *contention component*: the flows reachable from the changed flows' links through
-  links that active flows share.  Rates elsewhere cannot change, so they are not
-  touched (each flow's progress is brought up to date lazily, from the time its rate
-  was last set);
+  bytes_ratio reaches its next 1/f_steps mark) only recomputes the rates of a
+  *region*: its jobs' flows, grown until every flow on the region's links has a
+  bottleneck again (the weighted max-min condition), the flows outside keeping their
+  rates; a region still growing after two rounds, or an F step (which moves every
+  rate of its *contention component*: the active flows reachable through shared
+  links), is solved as that whole component.  Each flow's progress is brought up to
+  date lazily, from the time its rate was last set;
 * the next event comes from an indexed min-heap over flows and jobs (a flow's key is
   its next finish or F mark at its current rate, a job's its compute end);
 * link samples are aggregated into their periodic bins as rates change (bytes of each
@@ -26,8 +28,8 @@ The model is :mod:`mltcp.lab.models.fluid`'s (weighted max-min by progressive fi
 phases and barriers as :mod:`mltcp.lab.models.jobphases` describes them); F is
 :func:`mltcp.core.aggressiveness.f_float`, compiled.  One difference of scope from the
 first engine, which re-evaluated every flow's F at every event of the run: F is
-re-evaluated at the flow's own marks and at every event of its contention component,
-so an unrelated job's event elsewhere in the network no longer moves it.
+re-evaluated for the flows whose rates an event recomputes, so an unrelated job's
+event elsewhere in the network no longer moves it.
 
 All state lives in numpy arrays (:class:`EngineState`) so that a run can be advanced
 in slices of simulated time (:func:`advance_until`): progress reports between slices,
@@ -301,6 +303,31 @@ def set_event(st: EngineState, item: int, t: float) -> None:
     _heap_set(st.heap, st.heap_pos, st.heap_key, st.counters, item, t)
 
 
+def carry_over(old: EngineState, new: EngineState, pairs: list[tuple[int, int]],
+               t: float) -> None:
+    """Jobs that go on from ``old`` into ``new`` (a state made for another set of jobs,
+    the same jobs' flows in the same order), at time ``t``: ``pairs`` = (job in old,
+    job in new).  Each job's records, iteration, phase and compute deadline, each
+    flow's bytes left and sent (brought up to ``t``; ``old`` is consumed) move over; every
+    active flow gets an event at ``t``, so its rate is computed again there."""
+    n_old, n_new = len(old.flow_job), len(new.flow_job)
+    new.clock[0] = t
+    for jo, jn in pairs:
+        for rec in ("start", "comm_start", "comm_end", "end", "phase_start", "phase_end"):
+            getattr(new, rec)[jn] = getattr(old, rec)[jo]
+        for var in ("it", "phase", "running", "communicating", "busy"):
+            getattr(new, var)[jn] = getattr(old, var)[jo]
+        set_event(new, n_new + jn,
+                  old.heap_key[n_old + jo] if old.heap_pos[n_old + jo] >= 0 else math.inf)
+        for a, b in zip(range(old.job_ptr[jo], old.job_ptr[jo + 1]),
+                        range(new.job_ptr[jn], new.job_ptr[jn + 1]), strict=True):
+            if old.active[a]:
+                _bring(a, t, old.rem, old.sent, old.rate, old.tlast)
+                set_event(new, b, t)
+            new.rem[b], new.sent[b], new.active[b] = old.rem[a], old.sent[a], old.active[a]
+            new.tlast[b], new.w[b] = t, old.w[a]
+
+
 def _next_key(st: EngineState) -> float:
     return float(st.heap_key[st.heap[0]]) if st.counters[_HEAP_SIZE] else math.inf
 
@@ -492,9 +519,10 @@ def _bring(f, t, rem, sent, rate, tlast):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def _finished(f, rem, flow_bytes):  # type: ignore[no-untyped-def]
-    """Flow f has delivered its phase's bytes (to a tolerance of 1e-9 of an iteration's)."""
-    return rem[f] <= flow_bytes[f] * _REL_TOL + 1e-6
+def _delivered(left, nbytes):  # type: ignore[no-untyped-def]
+    """``left`` bytes of a flow of ``nbytes`` per iteration are nothing left (to a
+    tolerance of 1e-9 of an iteration's bytes)."""
+    return left <= nbytes * _REL_TOL + 1e-6
 
 
 @njit(cache=True)
@@ -622,8 +650,8 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
             _heap_set(heap, heap_pos, heap_key, counters, item, np.inf)
             if item < n_flows:
                 jobs_todo[n_todo] = n_jobs + flow_job[item]
-                if rem[item] - rate[item] * (t - tlast[item]) > \
-                        flow_bytes[item] * _REL_TOL + 1e-6:
+                if not _delivered(rem[item] - rate[item] * (t - tlast[item]),
+                                  flow_bytes[item]):
                     reweighted = True            # an F mark, not a finish
             else:
                 jobs_todo[n_todo] = item - n_flows
@@ -647,7 +675,7 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
                         _bring(f, t, rem, sent, rate, tlast)
                         n_queue = _queue_links(f, stamp, flow_ptr, flow_links, link_mark, queue,
                                                n_queue)
-                        if _finished(f, rem, flow_bytes):
+                        if _delivered(rem[f], flow_bytes[f]):
                             rem[f] = 0.0
                             active[f] = False
                             rate[f] = 0.0
@@ -703,7 +731,7 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
                     if flow_ptr[f] == flow_ptr[f + 1]:
                         rem[f] = 0.0                 # crosses no shaped link: no constraint,
                         sent[f] += r                 # delivered at once
-                    elif r > flow_bytes[f] * _REL_TOL + 1e-6:
+                    elif not _delivered(r, flow_bytes[f]):
                         rem[f] = r
                         active[f] = True
                         busy[j] += 1
@@ -723,8 +751,8 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
                 k = queue[i]
                 for p in range(link_ptr[k], link_ptr[k + 1]):
                     g = link_flows[p]
-                    if active[g] and flow_mark[g] != stamp and \
-                            rem[g] - rate[g] * (t - tlast[g]) <= flow_bytes[g] * _REL_TOL + 1e-6:
+                    if active[g] and flow_mark[g] != stamp and _delivered(
+                            rem[g] - rate[g] * (t - tlast[g]), flow_bytes[g]):
                         jobs_todo[n_todo] = n_jobs + flow_job[g]
                         n_todo += 1
             if n_todo == 0:
