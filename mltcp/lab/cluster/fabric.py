@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mltcp.core import validate
+from mltcp.core.errors import SpecError
 
 ETHERNET_AND_TCP_IP = (14, 52)          # frame header; IP + TCP with timestamps
 
@@ -108,14 +109,20 @@ class LeafSpine:
         n_fabric = 2 * self.leaves * self.spines
         return np.concatenate([np.full(2 * self.servers, nic), np.full(n_fabric, up)])
 
-    def path(self, src: int, dst: int, flow_key: str, seed: int = 0) -> list[int]:
+    def path(self, src: int, dst: int, flow_key: str, seed: int = 0,
+             spine: int | None = None) -> list[int]:
         """The links a flow from server ``src`` to ``dst`` crosses; between leaves the
-        spine is ECMP's pick for ``flow_key`` (stable across runs, varied by ``seed``)."""
+        spine is ``spine`` (source routing) or else ECMP's pick for ``flow_key`` (stable
+        across runs, varied by ``seed``)."""
         if src == dst:
             return []
         a, b = self.leaf_of(src), self.leaf_of(dst)
         if a == b:
             return [self.nic_up(src), self.nic_down(dst)]
-        spine = zlib.crc32(f"{seed}:{flow_key}".encode()) % self.spines
+        if spine is None:
+            spine = zlib.crc32(f"{seed}:{flow_key}".encode()) % self.spines
+        elif not 0 <= spine < self.spines:
+            raise SpecError("spines", f"spine {spine} of flow {flow_key} is not one of the "
+                            f"cluster's {self.spines}", f"use 0..{self.spines - 1}")
         return [self.nic_up(src), self.leaf_up(a, spine), self.leaf_down(b, spine),
                 self.nic_down(dst)]

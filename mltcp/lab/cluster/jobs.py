@@ -32,6 +32,26 @@ def check_costs(field: str, compute_s: object, gradient_bytes: object,
 
 
 @dataclass(frozen=True)
+class JobRequest:
+    """A job as it arrives: how many GPUs it asks for and what one iteration costs
+    (``model``: the catalogue's name for it, if it came from there)."""
+
+    name: str
+    arrival_s: float
+    gpus: int
+    compute_s: float
+    gradient_bytes: float
+    iterations: int
+    model: str = ""
+
+    def __post_init__(self) -> None:
+        field = f"jobs[{self.name}]"
+        validate.number(self.arrival_s, f"{field}.arrival_s", 0, 1e9, "0")
+        validate.integer(self.gpus, f"{field}.gpus", 1, 1 << 20, "8")
+        check_costs(field, self.compute_s, self.gradient_bytes, self.iterations)
+
+
+@dataclass(frozen=True)
 class PlacedJob:
     """A job and the GPUs it got: ``gpus`` maps server -> GPUs used there."""
 
@@ -41,11 +61,16 @@ class PlacedJob:
     gradient_bytes: float                  # per iteration
     iterations: int
     start_s: float = 0.0
+    spines: tuple[int, ...] | None = None  # per ring flow (source routing); None: ECMP
 
     def __post_init__(self) -> None:
         field = f"jobs[{self.name}]"
         if not self.gpus:
             raise SpecError(f"{field}.gpus", "is empty", "place the job on at least one GPU")
+        if self.spines is not None and len(self.gpus) > 1 and \
+                len(self.spines) != len(self.gpus):
+            raise SpecError(f"{field}.spines", f"has {len(self.spines)} entries for a ring of "
+                            f"{len(self.gpus)} flows", "give one spine per ring flow")
         check_costs(field, self.compute_s, self.gradient_bytes, self.iterations)
         validate.number(self.start_s, f"{field}.start_s", 0, 1e9, "0")
 
@@ -67,30 +92,45 @@ class PlacedJob:
         servers = self.servers
         if len(servers) < 2:
             return []
-        return [fabric.path(a, servers[(i + 1) % len(servers)], f"{self.name}/{i}", seed)
+        return [fabric.path(a, servers[(i + 1) % len(servers)], f"{self.name}/{i}", seed,
+                            None if self.spines is None else self.spines[i])
                 for i, a in enumerate(servers)]
+
+    def dedicated_iteration_s(self, fabric: LeafSpine, seed: int = 0) -> float:
+        """One iteration alone on the cluster on these GPUs and paths: compute, then the
+        ring's bytes at the rates its flows get when they share only with each other."""
+        flows = self.flows(fabric, seed)
+        if not flows:
+            return self.compute_s
+        rates = fluid_engine.weighted_max_min(np.ones(len(flows)), flows, fabric.capacities())
+        return self.compute_s + self.ring_bytes() / float(np.min(rates))
 
 
 def engine_state(fabric: LeafSpine, jobs: Sequence[PlacedJob], f: Aggressiveness | None,
                  seed: int = 0, f_steps: int = 8, sample_s: float = 0.0, n_iter: int = 0,
-                 stop_on_job_done: bool = False) -> fluid_engine.EngineState:
+                 stop_on_job_done: bool = False,
+                 job_weights: Sequence[float] | None = None) -> fluid_engine.EngineState:
     """The fluid engine's state for ``jobs`` on ``fabric`` at time 0: standard
     congestion control (max-min fair) when ``f`` is None, MLTCP's F otherwise (the
-    last two arguments as :func:`mltcp.lab.models.fluid_engine.new_state` takes them)."""
+    last two arguments as :func:`mltcp.lab.models.fluid_engine.new_state` takes them);
+    ``job_weights``: each job's flows' weight in the weighted max-min (1 by default: a
+    network that prioritises some jobs gives them more)."""
     flow_job: list[int] = []
     flow_links: list[list[int]] = []
     flow_bytes: list[float] = []
+    flow_weight: list[float] = []
     for j, job in enumerate(jobs):
         for links in job.flows(fabric, seed):
             flow_job.append(j)
             flow_links.append(links)
             flow_bytes.append(job.ring_bytes())
+            flow_weight.append(1.0 if job_weights is None else float(job_weights[j]))
     n_jobs = len(jobs)
     slope, intercept, cap = (0.0, 1.0, np.inf) if f is None else (
         f.slope, f.intercept, f.cap if f.cap is not None else np.inf)
     return fluid_engine.new_state(
         np.array(flow_job, dtype=np.int64), flow_links, fabric.capacities(),
-        np.array(flow_bytes), np.ones(len(flow_job)), np.ones((n_jobs, 1)),
+        np.array(flow_bytes), np.array(flow_weight), np.ones((n_jobs, 1)),
         np.array([[job.compute_s] for job in jobs]).reshape(n_jobs, 1),
         np.array([job.iterations for job in jobs], dtype=np.int64),
         np.array([job.start_s for job in jobs]), np.zeros((n_jobs, 1)),

@@ -20,41 +20,38 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mltcp.core import validate
-from mltcp.core.aggressiveness import Aggressiveness
 from mltcp.core.errors import SpecError
 from mltcp.lab.cluster.fabric import LeafSpine
-from mltcp.lab.cluster.jobs import PlacedJob, check_costs, engine_state
-from mltcp.lab.cluster.placement import POLICIES
+from mltcp.lab.cluster.jobs import JobRequest, PlacedJob, engine_state
+from mltcp.lab.cluster.network import Network
+from mltcp.lab.cluster.scheduler import (
+    Allocation,
+    ClusterView,
+    QueuedJob,
+    RunningJob,
+    Scheduler,
+)
 from mltcp.lab.models import fluid_engine
 
-
-@dataclass(frozen=True)
-class JobRequest:
-    """A job as it arrives: how many GPUs it asks for and what one iteration costs."""
-
-    name: str
-    arrival_s: float
-    gpus: int
-    compute_s: float
-    gradient_bytes: float
-    iterations: int
-
-    def __post_init__(self) -> None:
-        field = f"jobs[{self.name}]"
-        validate.number(self.arrival_s, f"{field}.arrival_s", 0, 1e9, "0")
-        validate.integer(self.gpus, f"{field}.gpus", 1, 1 << 20, "8")
-        check_costs(field, self.compute_s, self.gradient_bytes, self.iterations)
+__all__ = ["ClusterResult", "ClusterSim", "JobOutcome", "JobRequest", "poisson_arrivals"]
 
 
 @dataclass(frozen=True)
 class JobOutcome:
+    """A finished job: ``servers`` and ``dedicated_s`` are of its first placement
+    (``dedicated_s``: its iterations alone on the cluster on those GPUs and paths);
+    ``preemptions``: times it was sent back to the queue."""
+
     name: str
     gpus: int
     servers: int
     arrival_s: float
     start_s: float
     end_s: float
+    dedicated_s: float = 0.0
+    held_s: float = 0.0             # time on GPUs (end - start less time preempted)
+    preemptions: int = 0
+    model: str = ""
 
     @property
     def jct_s(self) -> float:
@@ -64,20 +61,28 @@ class JobOutcome:
     def jwt_s(self) -> float:
         return self.start_s - self.arrival_s
 
+    @property
+    def slowdown(self) -> float:
+        """JCT over the job's dedicated run time (1 = as if alone and never waiting)."""
+        return self.jct_s / self.dedicated_s if self.dedicated_s > 0 else math.nan
+
 
 @dataclass(frozen=True)
 class ClusterResult:
     jobs: tuple[JobOutcome, ...]
     gpus: int
     events: int
+    scheduler: str = ""
+    network: str = ""
 
     @property
     def makespan_s(self) -> float:
         return max(j.end_s for j in self.jobs) - min(j.arrival_s for j in self.jobs)
 
     def gpu_utilisation(self) -> float:
-        """GPU-seconds held by jobs over GPU-seconds the cluster had in the makespan."""
-        held = sum(j.gpus * (j.end_s - j.start_s) for j in self.jobs)
+        """GPU-seconds held by jobs over GPU-seconds the cluster had in the makespan
+        (a preempted job's time off its GPUs excluded)."""
+        held = sum(j.gpus * j.held_s for j in self.jobs)
         return held / (self.gpus * self.makespan_s) if self.makespan_s > 0 else 0.0
 
     def jct_summary(self) -> dict[str, float]:
@@ -98,94 +103,196 @@ def poisson_arrivals(n: int, jobs_per_hour: float, rng: random.Random,
     return out
 
 
-class ClusterSim:
-    """FIFO queue x a placement policy over ``fabric``; ``f`` None = fair sharing."""
+@dataclass
+class _Segment:
+    """A running job's stretch on one allocation (a preempted job gets a new one)."""
 
-    def __init__(self, fabric: LeafSpine, requests: Sequence[JobRequest], policy: str,
-                 f: Aggressiveness | None, seed: int = 0, f_steps: int = 8) -> None:
-        if policy not in POLICIES:
-            raise SpecError("placement", f"unknown policy {policy!r}",
-                            f"use one of: {', '.join(POLICIES)}")
+    job: PlacedJob
+    request: JobRequest
+    done_before: int
+    attained_before: float
+
+
+@dataclass
+class _Record:
+    start_s: float
+    servers: int
+    dedicated_s: float
+    held_s: float = 0.0
+    preemptions: int = 0
+
+
+class ClusterSim:
+    """``scheduler`` (queue order x placement, or its own rule) over ``fabric``, the
+    network sharing links by ``network``'s scheme."""
+
+    def __init__(self, fabric: LeafSpine, requests: Sequence[JobRequest],
+                 scheduler: Scheduler, network: Network, seed: int = 0,
+                 f_steps: int = 8) -> None:
         too_big = [r.name for r in requests if r.gpus > fabric.gpus]
         if too_big:
             raise SpecError(f"jobs[{too_big[0]}].gpus", f"more than the cluster's {fabric.gpus}",
                             "ask for fewer GPUs or give the cluster more servers")
-        self.fabric, self.policy, self.f = fabric, POLICIES[policy], f
-        self.requests = sorted(requests, key=lambda r: r.arrival_s)
+        names = [r.name for r in requests]
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise SpecError(f"jobs[{dup}]", "appears twice", "give every job its own name")
+        self.fabric, self.scheduler, self.network = fabric, scheduler, network
+        self.requests = sorted(requests, key=lambda r: (r.arrival_s, r.name))
         self.rng = random.Random(seed)
         self.seed, self.f_steps = seed, f_steps
 
     def run(self, max_events: int = 10**9) -> ClusterResult:
-        free = np.full(self.fabric.servers, self.fabric.gpus_per_server)
-        n_iter = max((r.iterations for r in self.requests), default=1)
-        by_name = {r.name: r for r in self.requests}
-        arrivals, queue = list(self.requests), []
-        running: list[PlacedJob] = []          # in the engine state's job order
-        started: dict[str, float] = {}
-        outcomes: list[JobOutcome] = []
-        st: fluid_engine.EngineState | None = None
-        t, events = 0.0, 0
+        sim = _Run(self)
+        return sim.run(max_events)
 
-        def rebuild(jobs: list[PlacedJob]) -> None:
-            nonlocal st, events, running
-            new = None
-            if jobs:
-                new = engine_state(self.fabric, jobs, self.f, self.seed, self.f_steps,
-                                   n_iter=n_iter, stop_on_job_done=True)
-                if st is not None:
-                    was = {j.name: i for i, j in enumerate(running)}
-                    fluid_engine.carry_over(st, new, [(was[j.name], i) for i, j in
-                                                      enumerate(jobs) if j.name in was], t)
-                else:
-                    new.clock[0] = t
-            if st is not None:
-                events += st.events
-            st, running = new, list(jobs)
 
-        while arrivals or queue or running:
-            while arrivals and arrivals[0].arrival_s <= t:
-                queue.append(arrivals.pop(0))
-            starting = []
-            while queue:                                      # FIFO: the head waits
-                head = queue[0]
-                where = self.policy(self.fabric, free, head.gpus, self.rng)
-                if where is None:
-                    break
-                queue.pop(0)
-                for server, n in where:
-                    free[server] -= n
-                starting.append(PlacedJob(head.name, where, head.compute_s,
-                                          head.gradient_bytes, head.iterations, start_s=t))
-                started[head.name] = t
-            if starting:
-                rebuild(running + starting)
-            next_arrival = arrivals[0].arrival_s if arrivals else math.inf
-            if st is None:
-                if not arrivals:
-                    raise SpecError("jobs", f"{queue[0].name} never fits the free GPUs",
+class _Run:
+    """One run's state: the engine's jobs (``segments``, in the engine's job order), the
+    queue, the free GPUs, and the records of the jobs' times."""
+
+    def __init__(self, sim: ClusterSim) -> None:
+        self.sim, self.fabric = sim, sim.fabric
+        self.free = np.full(sim.fabric.servers, sim.fabric.gpus_per_server)
+        self.n_iter = max((r.iterations for r in sim.requests), default=1)
+        self.arrivals = list(sim.requests)
+        self.queue: list[QueuedJob] = []
+        self.segments: list[_Segment] = []
+        self.records: dict[str, _Record] = {}
+        self.outcomes: list[JobOutcome] = []
+        self.st: fluid_engine.EngineState | None = None
+        self.t, self.events = 0.0, 0
+
+    # -- what the scheduler sees
+
+    def _running(self) -> tuple[RunningJob, ...]:
+        return self._running_of(self.segments)
+
+    def _view(self) -> ClusterView:
+        return ClusterView(self.fabric, self.t, self.free.copy(), self._running(),
+                           tuple(self.queue), self.sim.rng)
+
+    # -- changes to the running set
+
+    def _rebuild(self, segments: list[_Segment]) -> None:
+        """A new engine state for ``segments`` (kept ones are the same objects as in
+        :attr:`segments`), carrying over those already running."""
+        sim, new = self.sim, None
+        if segments:
+            now = self._running_of(segments)
+            new = engine_state(self.fabric, [s.job for s in segments], sim.network.f,
+                               sim.seed, sim.f_steps, n_iter=self.n_iter,
+                               stop_on_job_done=True,
+                               job_weights=sim.network.job_weights(now, self.t))
+            if self.st is not None:
+                was = {id(s): i for i, s in enumerate(self.segments)}
+                fluid_engine.carry_over(self.st, new, [(was[id(s)], i) for i, s in
+                                                       enumerate(segments) if id(s) in was],
+                                        self.t)
+            else:
+                new.clock[0] = self.t
+        if self.st is not None:
+            self.events += self.st.events
+        self.st, self.segments = new, list(segments)
+
+    def _running_of(self, segments: list[_Segment]) -> tuple[RunningJob, ...]:
+        """``segments`` as running jobs: the progress of those in the engine now, none
+        yet for those about to start."""
+        index = {id(s): i for i, s in enumerate(self.segments)}
+        out = []
+        for seg in segments:
+            i = index.get(id(seg))
+            done = it_s = 0.0
+            if i is not None and self.st is not None:
+                done = int(self.st.it[i])
+                if done:
+                    it_s = float(self.st.end[i, done - 1] - self.st.start[i, done - 1])
+            held = (self.t - seg.job.start_s) * seg.job.gpu_count
+            out.append(RunningJob(seg.job, seg.request, seg.done_before + int(done),
+                                  seg.attained_before + held, it_s))
+        return tuple(out)
+
+    def _start(self, job: QueuedJob, where: Allocation) -> _Segment:
+        req = job.request
+        placed = PlacedJob(req.name, where.gpus, req.compute_s, req.gradient_bytes,
+                           job.remaining, start_s=self.t, spines=where.spines)
+        for server, n in where.gpus:
+            self.free[server] -= n
+        if req.name not in self.records:
+            self.records[req.name] = _Record(
+                self.t, len(where.gpus),
+                req.iterations * placed.dedicated_iteration_s(self.fabric, self.sim.seed))
+        return _Segment(placed, req, job.done, job.attained_gpu_s)
+
+    def _stop(self, i: int, preempted: bool) -> None:
+        seg = self.segments[i]
+        rec = self.records[seg.request.name]
+        for server, n in seg.job.gpus:
+            self.free[server] += n
+        end = self.t
+        if not preempted:
+            end = float(self.st.end[i, seg.job.iterations - 1])
+        rec.held_s += end - seg.job.start_s
+        if preempted:
+            rec.preemptions += 1
+            done = seg.done_before + int(self.st.it[i])
+            self.queue.append(QueuedJob(seg.request, done, seg.attained_before +
+                                        (self.t - seg.job.start_s) * seg.job.gpu_count))
+            return
+        req = seg.request
+        self.outcomes.append(JobOutcome(req.name, req.gpus, rec.servers, req.arrival_s,
+                                        rec.start_s, end, rec.dedicated_s, rec.held_s,
+                                        rec.preemptions, req.model))
+
+    def _schedule(self) -> None:
+        decision = self.sim.scheduler.decide(self._view())
+        gone = {name for name in decision.preempt}
+        keep = []
+        for i, seg in enumerate(self.segments):
+            if seg.request.name in gone:
+                self._stop(i, preempted=True)
+            else:
+                keep.append(seg)
+        started = {job.name for job, _ in decision.start}
+        if not decision.start and not gone:
+            return
+        self.queue = [q for q in self.queue if q.name not in started]
+        self._rebuild(keep + [self._start(job, where) for job, where in decision.start])
+
+    # -- the loop
+
+    def run(self, max_events: int) -> ClusterResult:
+        round_s = float(self.sim.scheduler.round_s)
+        next_round = round_s if round_s > 0 else math.inf
+        while self.arrivals or self.queue or self.segments:
+            while self.arrivals and self.arrivals[0].arrival_s <= self.t:
+                self.queue.append(QueuedJob(self.arrivals.pop(0)))
+            self._schedule()
+            next_arrival = self.arrivals[0].arrival_s if self.arrivals else math.inf
+            if not self.segments:
+                if not self.arrivals:
+                    raise SpecError("jobs", f"{self.queue[0].name} never fits the free GPUs",
                                     "ask for fewer GPUs")
-                t = next_arrival
+                self.t = next_arrival
                 continue
-            status = fluid_engine.advance_until(st, next_arrival, max_events - events)
+            moment = min(next_arrival, next_round)
+            status = fluid_engine.advance_until(self.st, moment, max_events - self.events)
             if status == fluid_engine.STUCK:
                 raise SpecError("cluster", "flows with bytes left get no capacity",
                                 "give every link a rate > 0")
             if status == fluid_engine.TOO_MANY_EVENTS:
                 raise SpecError("max_events", f"more than {max_events} events",
                                 "raise max_events or simulate fewer jobs")
-            t = next_arrival if status == fluid_engine.RUNNING else st.t
-            done = [i for i in range(len(running)) if not st.running[i]]
-            if not done:
-                continue
-            for i in done:
-                job = running[i]
-                outcomes.append(JobOutcome(
-                    job.name, job.gpu_count, len(job.gpus), by_name[job.name].arrival_s,
-                    started[job.name], float(st.end[i, job.iterations - 1])))
-                for server, n in job.gpus:
-                    free[server] += n
-            rebuild([j for i, j in enumerate(running) if i not in done])
-        if st is not None:
-            events += st.events
-        return ClusterResult(tuple(sorted(outcomes, key=lambda o: o.name)), self.fabric.gpus,
-                             events)
+            self.t = moment if status == fluid_engine.RUNNING else self.st.t
+            if self.t >= next_round:
+                next_round = self.t + round_s
+            done = [i for i in range(len(self.segments)) if not self.st.running[i]]
+            if done:
+                for i in done:
+                    self._stop(i, preempted=False)
+                self._rebuild([s for i, s in enumerate(self.segments) if i not in done])
+        if self.st is not None:
+            self.events += self.st.events
+        sched = getattr(self.sim.scheduler, "name", "")
+        return ClusterResult(tuple(sorted(self.outcomes, key=lambda o: o.name)),
+                             self.fabric.gpus, self.events, sched, self.sim.network.name)

@@ -1,0 +1,49 @@
+"""How the network shares links among a cluster's running jobs: the network scheme.
+
+A scheme is the one thing that differs between two runs of the same jobs under the same
+scheduler: fair sharing (the standard congestion control: max-min fair per flow), MLTCP
+(each flow's share grows with its iteration's bytes sent: F), or a scheme that
+prioritises or shifts jobs (Ada-SRSF's communication order, Cassini's time shifts).
+The simulator asks it, at every rebuild of the running set, for F and for each job's
+flow weight; a scheme that keeps no state answers from the running jobs alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mltcp.core.aggressiveness import Aggressiveness
+from mltcp.core.errors import SpecError
+from mltcp.lab.cluster.scheduler import RunningJob
+
+
+@dataclass(frozen=True)
+class Network:
+    """Fair sharing (``f`` None) or MLTCP's ``f``; subclasses add job weights."""
+
+    name: str = "fair"
+    f: Aggressiveness | None = None
+
+    def job_weights(self, running: Sequence[RunningJob], now: float) -> list[float] | None:
+        """Each running job's flow weight (None: all 1)."""
+        return None
+
+
+def fair() -> Network:
+    return Network("fair", None)
+
+
+def mltcp(slope: float = 4.0, intercept: float = 1.0) -> Network:
+    return Network("mltcp", Aggressiveness(slope=slope, intercept=intercept))
+
+
+NETWORKS = {"fair": fair, "mltcp": mltcp}
+
+
+def network(name: str) -> Network:
+    """The scheme called ``name`` with its defaults."""
+    if name not in NETWORKS:
+        raise SpecError("network", f"unknown scheme {name!r}",
+                        f"use one of: {', '.join(NETWORKS)}")
+    return NETWORKS[name]()
