@@ -18,7 +18,7 @@ MTU), as everywhere in the fluid model.
 
 from __future__ import annotations
 
-import zlib
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,7 +120,11 @@ class LeafSpine:
         if a == b:
             return [self.nic_up(src), self.nic_down(dst)]
         if spine is None:
-            spine = zlib.crc32(f"{seed}:{flow_key}".encode()) % self.spines
+            # A mixing hash: CRC-32's low bits are linear in the key, so modulo a power
+            # of two the seed did not change a job's spines and its flows followed a
+            # fixed pattern.
+            digest = hashlib.blake2b(f"{seed}:{flow_key}".encode(), digest_size=8).digest()
+            spine = int.from_bytes(digest, "little") % self.spines
         elif not 0 <= spine < self.spines:
             raise SpecError("spines", f"spine {spine} of flow {flow_key} is not one of the "
                             f"cluster's {self.spines}", f"use 0..{self.spines - 1}")

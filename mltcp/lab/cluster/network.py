@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mltcp.core.aggressiveness import Aggressiveness
-from mltcp.core.errors import SpecError
 from mltcp.lab.cluster.scheduler import RunningJob
 
 
@@ -30,20 +29,9 @@ class Network:
         return None
 
 
-def fair() -> Network:
+def fair(fabric: object = None) -> Network:
     return Network("fair", None)
 
 
-def mltcp(slope: float = 4.0, intercept: float = 1.0) -> Network:
+def mltcp(fabric: object = None, slope: float = 4.0, intercept: float = 1.0) -> Network:
     return Network("mltcp", Aggressiveness(slope=slope, intercept=intercept))
-
-
-NETWORKS = {"fair": fair, "mltcp": mltcp}
-
-
-def network(name: str) -> Network:
-    """The scheme called ``name`` with its defaults."""
-    if name not in NETWORKS:
-        raise SpecError("network", f"unknown scheme {name!r}",
-                        f"use one of: {', '.join(NETWORKS)}")
-    return NETWORKS[name]()

@@ -3,7 +3,8 @@
 A scheduler is written ``ORDER/PLACEMENT`` (e.g. ``fifo/consolidated``,
 ``srtf/first_fit``), with ``+preempt`` for a preemptive order (``las/consolidated+preempt``)
 and ``+backfill`` to let jobs that fit pass a waiting head; or the name of one of the
-seeds' schedulers that decides differently (registered in :data:`NAMED`).
+seeds' schedulers that decides differently (registered in :data:`NAMED`).  A network
+scheme is a name in :data:`NETWORKS`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mltcp.core.errors import SpecError
+from mltcp.lab.cluster import ada_srsf, vclos
+from mltcp.lab.cluster import network as _network
 from mltcp.lab.cluster.fabric import LeafSpine
+from mltcp.lab.cluster.network import Network
 from mltcp.lab.cluster.orders import ORDERS, order
 from mltcp.lab.cluster.placement import POLICIES
 from mltcp.lab.cluster.scheduler import QueueScheduler, Scheduler, placement_from
@@ -21,7 +25,22 @@ from mltcp.lab.cluster.scheduler import QueueScheduler, Scheduler, placement_fro
 PREEMPT_ROUND_S = 60.0
 FLAGS = ("preempt", "backfill")
 
-NAMED: dict[str, Callable[[LeafSpine], Scheduler]] = {}
+NAMED: dict[str, Callable[[LeafSpine], Scheduler]] = {**ada_srsf.SCHEDULERS,
+                                                      **vclos.SCHEDULERS}
+
+NETWORKS: dict[str, Callable[[LeafSpine], Network]] = {
+    "fair": _network.fair, "mltcp": _network.mltcp,
+    "ada-dual": ada_srsf.ada_dual,
+    **{f"srsf-{n}": (lambda fabric, n=n: ada_srsf.srsf_comm(fabric, n)) for n in (1, 2, 3)},
+}
+
+
+def network(name: str, fabric: LeafSpine) -> Network:
+    """The network scheme ``name`` on ``fabric`` (schemes that rank jobs need it)."""
+    if name not in NETWORKS:
+        raise SpecError("network", f"unknown scheme {name!r}",
+                        f"use one of: {', '.join(NETWORKS)}")
+    return NETWORKS[name](fabric)
 
 
 def scheduler(spec: str, fabric: LeafSpine) -> Scheduler:
