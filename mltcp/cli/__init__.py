@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from mltcp import __version__
-from mltcp.cli import dcqcn, host, lab, output
+from mltcp.cli import cluster, dcqcn, host, lab, output
 from mltcp.cli.exits import Exit, epilog
 from mltcp.core import signals
 from mltcp.core.errors import CapabilityError, MltcpError, SpecError
@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     host.register(sub)
     dcqcn.register(sub)
     lab.register(sub)
+    cluster.register(sub)
     return p
 
 

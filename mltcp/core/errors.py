@@ -20,6 +20,11 @@ class SpecError(MltcpError, ValueError):
         self.fix = fix
         super().__init__(f"{field}: {problem}; {fix}")
 
+    def __reduce__(self) -> tuple:
+        # Rebuilt from its three fields (the default pickles only the message), so a
+        # Dask worker's error reaches the client as the same one-line SpecError.
+        return (type(self), (self.field, self.problem, self.fix))
+
 
 class CapabilityError(MltcpError):
     """The host lacks something (root, CAP_BPF, BTF, clang, ...) that an action needs."""

@@ -1,0 +1,115 @@
+"""``mltcp cluster run`` and ``mltcp cluster schedulers``: the example config runs end
+to end into a directory; bad input is one line on stderr and exit 2, before any run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mltcp.cli import build_parser, main
+from mltcp.lab.cluster import config
+
+SMALL = Path(config.examples_dir().joinpath("small.toml"))
+
+
+def test_the_example_runs_into_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture
+                                           ) -> None:
+    out = tmp_path / "small"
+    assert main(["cluster", "run", "small", "--out", str(out)]) == 0
+    stdout, stderr = capsys.readouterr()
+    cfg = config.load_config(SMALL)
+    runs = len(cfg.schedulers) * len(cfg.networks) * len(cfg.seeds)
+    assert f"[{runs}/{runs}] " in stderr                             # progress, per run
+    assert len(stderr.strip().splitlines()) == runs
+    report = json.loads((out / "report.json").read_text())
+    assert report["config"] == cfg.to_dict() and len(report["runs"]) == runs
+    assert all(len(r["jobs"]) == cfg.jobs.n for r in report["runs"])
+    for c in report["cells"]:
+        assert f"| {c['scheduler']} | {c['network']} |" in stdout
+    # fifo/random: a row per network, and one for MLTCP over fair
+    assert (out / "summary.md").read_text().count("| fifo/random |") == 3
+    assert (out / "jct_cdf.png").stat().st_size > 5000
+    assert (out / "slowdown_cdf.png").stat().st_size > 5000
+    assert f"{runs} runs -> {out / 'report.json'}" in stdout
+
+
+def test_a_config_given_by_path_runs_the_same(tmp_path: Path) -> None:
+    assert main(["cluster", "run", str(SMALL), "--out", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "report.json").read_text())["config"]["name"] == "small"
+
+
+@pytest.mark.parametrize(("edit", "field"), [
+    (('"fifo/random"', '"fifo/anywhere"'), "schedulers[0]"),
+    (('"mltcp"]', '"tcp"]'), "networks[1]"),
+    (("n = 12", "n = 0"), "jobs.poisson.n"),
+    (("spines = 1", "spines = 1\nracks = 2"), "cluster.racks"),
+])
+def test_a_bad_config_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                             edit: tuple[str, str], field: str) -> None:
+    text = SMALL.read_text()
+    assert edit[0] in text
+    path = tmp_path / "bad.toml"
+    path.write_text(text.replace(*edit, 1))
+    assert main(["cluster", "run", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"mltcp: error: {field}: ") and err.count("\n") == 1
+    assert str(path) in err and not (tmp_path / "out").exists()       # nothing ran
+
+
+@pytest.mark.parametrize("argv", [
+    ["--parallel", "0"],
+    ["--parallel", "two"],
+    ["--parallel", "2", "--scheduler", "tcp://x:8786"],
+])
+def test_bad_flags_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                           argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["cluster", "run", "small", "--out", str(tmp_path / "o"), *argv])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mltcp: error: argument") and err.count("\n") == 1
+
+
+def test_an_out_that_cannot_be_a_directory_is_bad_input(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["cluster", "run", "small", "--out", str(blocker)]) == 2
+    assert "--out" in capsys.readouterr().err
+
+
+def test_a_missing_config_lists_the_examples(capsys: pytest.CaptureFixture) -> None:
+    assert main(["cluster", "run", "no-such-experiment", "--out", "unused"]) == 2
+    err = capsys.readouterr().err
+    assert "config:" in err and "small" in err and err.count("\n") == 1
+
+
+def test_schedulers_lists_what_the_registries_know(capsys: pytest.CaptureFixture) -> None:
+    from mltcp.lab.cluster.orders import ORDERS
+    from mltcp.lab.cluster.placement import POLICIES
+    from mltcp.lab.cluster.registry import NAMED, NETWORKS
+
+    assert main(["cluster", "schedulers"]) == 0
+    text = capsys.readouterr().out
+    for name in [*ORDERS, *POLICIES, *NETWORKS, *NAMED, "+preempt", "+backfill"]:
+        assert name in text
+    assert main(["-j", "cluster", "schedulers"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed == {"orders": list(ORDERS), "placements": list(POLICIES),
+                      "flags": ["preempt", "backfill"], "named": sorted(NAMED),
+                      "networks": list(NETWORKS)}
+    assert main(["-j", "cluster", "run", "small", "--out", "unused"]) == 2   # no JSON there
+
+
+def test_the_subcommands_are_registered() -> None:
+    progs = set()
+    todo = [build_parser()]
+    while todo:
+        parser = todo.pop()
+        progs.add(parser.prog)
+        for action in parser._actions:
+            if hasattr(action, "choices") and isinstance(action.choices, dict):
+                todo.extend(action.choices.values())
+    assert {"mltcp cluster run", "mltcp cluster schedulers"} <= progs

@@ -1,0 +1,305 @@
+"""Cluster experiments: the config is checked field by field before anything runs; an
+experiment runs every scheduler x network x seed on the seed's one job list, here or
+on Dask, with the same numbers; the report's JSON, markdown and plots agree with the
+runs and with each other."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mltcp.core.errors import SpecError
+from mltcp.lab.cluster import config, experiment, report
+from mltcp.lab.cluster.sim import ClusterResult, JobOutcome
+
+# a and b share server 1's NIC under first_fit (6 GPUs each on 4-GPU servers); b comes
+# a little later, so MLTCP can shift it; c waits for GPUs; d fits beside them.
+TRACE = """name,arrival_s,gpus,compute_s,gradient_bytes,iterations,model
+a,0,6,0.1,50e6,20,resnet
+b,0.03,6,0.1,50e6,20,resnet
+c,0.5,8,0.05,20e6,10,vgg
+d,1,2,0.05,10e6,10,
+"""
+CLUSTER = {"leaves": 2, "servers_per_leaf": 2, "spines": 1, "gpus_per_server": 4,
+           "server_gbit": 10}
+POISSON = {"n": 6, "jobs_per_hour": 3600, "models": {"resnet50": 2, "camembert": 1},
+           "gpus": {"2": 1, "6": 2}, "iterations": [5, 10]}
+
+
+def _data(**over: Any) -> dict[str, Any]:
+    data = {"name": "tiny", "schedulers": ["fifo/first_fit", "srtf/first_fit+backfill"],
+            "networks": ["fair", "mltcp"], "seeds": [0], "cluster": dict(CLUSTER),
+            "jobs": {"poisson": copy.deepcopy(POISSON)}}
+    return {**data, **over}
+
+
+def _trace(tmp_path: Path, text: str = TRACE) -> Path:
+    path = tmp_path / "jobs.csv"
+    path.write_text(text)
+    return path
+
+
+# --------------------------------------------------------------------------- config
+
+
+def _set(data: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
+    """``data`` with ``a.b[0].c`` set (or deleted, for value ...)."""
+    *path, last = dotted.replace("[", ".").replace("]", "").split(".")
+    node: Any = data
+    for part in path:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    key: Any = int(last) if isinstance(node, list) else last
+    if value is ...:
+        del node[key]
+    else:
+        node[key] = value
+    return data
+
+
+@pytest.mark.parametrize(("where", "value", "field"), [
+    ("schedulerz", ["fifo/first_fit"], "schedulerz"),
+    ("cluster.leaves", ..., "cluster.leaves"),
+    ("cluster.spines", 0, "cluster.spines"),
+    ("cluster.racks", 2, "cluster.racks"),
+    ("cluster", 3, "cluster"),
+    ("jobs.trace", "x.csv", "jobs"),                   # two sources
+    ("jobs.poisson", ..., "jobs"),                     # none
+    ("jobs.poisson.n", 0, "jobs.poisson.n"),
+    ("jobs.poisson.jobs_per_hour", math.nan, "jobs.poisson.jobs_per_hour"),
+    ("jobs.poisson.load", 0.5, "jobs.poisson"),                # and jobs_per_hour
+    ("jobs.poisson.jobs_per_hour", ..., "jobs.poisson"),       # neither
+    ("jobs.poisson.colour", "red", "jobs.poisson.colour"),
+    ("jobs.poisson.models", {}, "jobs.poisson.models"),
+    ("jobs.poisson.models.alexnet-9000", 1, "jobs.poisson.models.alexnet-9000"),
+    ("jobs.poisson.models.resnet50", 0, "jobs.poisson.models.resnet50"),
+    ("jobs.poisson.models", ["bert", "bert"], "jobs.poisson.models[1]"),
+    ("jobs.poisson.gpus.17", 1, "jobs.poisson.gpus.17"),      # > the cluster's 16
+    ("jobs.poisson.gpus", ["two"], "jobs.poisson.gpus[0]"),
+    ("jobs.poisson.iterations", [10, 5], "jobs.poisson.iterations[1]"),
+    ("jobs.poisson.iterations", "many", "jobs.poisson.iterations"),
+    ("jobs.poisson.seed", -1, "jobs.poisson.seed"),
+    ("jobs.poisson.models", ..., "jobs.poisson.models"),
+    ("schedulers", [], "schedulers"),
+    ("schedulers", ["fifo/nowhere"], "schedulers[0]"),
+    ("schedulers", ["fifo/first_fit", "las/random+sometimes"], "schedulers[1]"),
+    ("schedulers", ["fifo/first_fit", "fifo/first_fit"], "schedulers[1]"),
+    ("networks", ["fair", "tcp"], "networks[1]"),
+    ("seeds", [-1], "seeds[0]"),
+    ("seeds", [0, 0], "seeds[1]"),
+    ("seeds", "a-b", "seeds"),
+    ("f_steps", 1.5, "f_steps"),
+    ("name", "Has Spaces", "name"),
+])
+def test_a_bad_field_is_one_line_naming_it(where: str, value: Any, field: str) -> None:
+    with pytest.raises(SpecError) as err:
+        config.parse_config(_set(_data(), where, value))
+    assert err.value.field == field
+    assert "\n" not in str(err.value) and err.value.fix
+
+
+def test_a_good_config_parses_with_its_defaults(tmp_path: Path) -> None:
+    data = _data(jobs={"trace": "jobs.csv"})
+    del data["networks"], data["seeds"]
+    _trace(tmp_path)
+    cfg = config.parse_config(data, tmp_path)
+    assert cfg.networks == ("fair", "mltcp") and cfg.seeds == (0,) and cfg.f_steps == 8
+    assert cfg.jobs.path == tmp_path / "jobs.csv"                  # relative to the file
+    assert cfg.cluster.gpus == 16
+    assert config.parse_config(_data(seeds="2-4")).seeds == (2, 3, 4)
+
+
+@pytest.mark.parametrize("jobs", [{"poisson": POISSON}, {"poisson": {**POISSON, "seed": 3}},
+                                  {"poisson": {**{k: v for k, v in POISSON.items()
+                                                  if k != "jobs_per_hour"}, "load": 0.7}},
+                                  {"trace": "jobs.csv"}])
+def test_what_a_config_writes_back_parses_to_the_same_config(tmp_path: Path,
+                                                            jobs: dict[str, Any]) -> None:
+    _trace(tmp_path)
+    cfg = config.parse_config(_data(jobs=copy.deepcopy(jobs), description="x"), tmp_path)
+    assert config.parse_config(json.loads(json.dumps(cfg.to_dict()))) == cfg
+
+
+def test_a_file_names_itself_in_its_errors(tmp_path: Path) -> None:
+    path = tmp_path / "exp.toml"
+    path.write_text('schedulers = ["fifo/first_fit"]\n[cluster]\nleaves = 2\n'
+                    'servers_per_leaf = 2\nspines = 0\n[jobs]\ntrace = "jobs.csv"\n')
+    with pytest.raises(SpecError) as err:
+        config.load_config(path)
+    assert err.value.field == "cluster.spines" and str(path) in str(err.value)
+    path.write_text("schedulers = [\n")
+    with pytest.raises(SpecError, match="TOML"):
+        config.load_config(path)
+    with pytest.raises(SpecError, match="small"):               # lists the examples
+        config.load_config(tmp_path / "none.toml")
+
+
+def test_a_trace_is_read_once_at_parse_and_a_bad_row_fails_there(tmp_path: Path) -> None:
+    cfg = config.parse_config(_data(jobs={"trace": "jobs.csv"}), _trace(tmp_path).parent)
+    jobs = cfg.jobs.requests(0)
+    assert jobs == cfg.jobs.requests(5)                          # the same for every seed
+    assert [(j.name, j.arrival_s, j.gpus, j.model) for j in jobs] == [
+        ("a", 0.0, 6, "resnet"), ("b", 0.03, 6, "resnet"), ("c", 0.5, 8, "vgg"), ("d", 1.0, 2, "")]
+    assert jobs[0].gradient_bytes == 50e6 and jobs[2].iterations == 10
+    _trace(tmp_path, TRACE.replace("c,0.5,8", "c,0.5,eight"))
+    with pytest.raises(SpecError) as err:
+        config.parse_config(_data(jobs={"trace": "jobs.csv"}), tmp_path)
+    assert "jobs.csv" in err.value.field and "gpus" in err.value.field
+    with pytest.raises(SpecError) as err:
+        config.parse_config(_data(jobs={"trace": "gone.csv"}), tmp_path)
+    assert err.value.field == "jobs.trace"
+
+
+def test_a_seed_setup_brings_its_jobs_and_its_cluster() -> None:
+    from mltcp.lab.cluster import seed_setups
+
+    key = seed_setups.names()[0]
+    data = _data(jobs={"setup": key})
+    del data["cluster"]
+    cfg = config.parse_config(data)
+    assert cfg.cluster == seed_setups.setup(key).fabric
+    assert cfg.jobs.requests(1) == seed_setups.jobs(key, 1)
+    with pytest.raises(SpecError) as err:
+        config.parse_config(_data(jobs={"setup": "no-such-setup"}))
+    assert err.value.field == "jobs.setup" and key in err.value.fix
+    del data["jobs"]["setup"]
+    data["jobs"]["poisson"] = POISSON
+    with pytest.raises(SpecError) as err:                        # no setup: no cluster
+        config.parse_config(data)
+    assert err.value.field == "cluster"
+
+
+def test_poisson_jobs_follow_the_runs_seed_unless_the_trace_fixes_its_own() -> None:
+    cfg = config.parse_config(_data())
+    a, b, again = cfg.jobs.requests(0), cfg.jobs.requests(1), cfg.jobs.requests(0)
+    assert a == again and a != b and len(a) == 6
+    assert {j.model for j in a} <= {"resnet50", "camembert"} and {j.gpus for j in a} <= {2, 6}
+    assert all(5 <= j.iterations <= 10 for j in a)
+    fixed = config.parse_config(_set(_data(), "jobs.poisson.seed", 7))
+    assert fixed.jobs.requests(0) == fixed.jobs.requests(1)
+
+
+def test_a_load_sets_the_rate_in_proportion() -> None:
+    def rate(load: float) -> float:
+        data = _set(_data(), "jobs.poisson.jobs_per_hour", ...)
+        return config.parse_config(_set(data, "jobs.poisson.load", load)).jobs.jobs_per_hour
+    assert rate(0.8) == pytest.approx(2 * rate(0.4))
+    assert rate(0.4) > 0
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def test_the_added_metrics_on_known_outcomes() -> None:
+    jobs = (JobOutcome("a", 4, 1, 0.0, 1.0, 5.0, dedicated_s=2.0, held_s=4.0),
+            JobOutcome("b", 4, 1, 1.0, 1.0, 3.0, dedicated_s=2.0, held_s=2.0, preemptions=2),
+            JobOutcome("c", 4, 1, 2.0, 4.0, 4.0, dedicated_s=0.0))       # no dedicated time
+    res = ClusterResult(jobs, gpus=8, events=0)
+    assert report.jwt_mean(res) == pytest.approx((1.0 + 0.0 + 2.0) / 3)
+    assert report.slowdown_summary(res) == {"mean": pytest.approx((2.5 + 1.0) / 2),
+                                            "p99": pytest.approx(np.percentile([2.5, 1.0], 99))}
+    assert report.preemptions(res) == 2
+    m = report.run_metrics(res)
+    assert m["jct_mean_s"] == res.jct_summary()["mean"] and m["makespan_s"] == 5.0
+    nothing = ClusterResult(jobs[2:], gpus=8, events=0)
+    assert report.slowdown_summary(nothing) == {"mean": None, "p99": None}
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+def test_an_experiment_writes_json_markdown_and_plots_that_agree(tmp_path: Path) -> None:
+    cfg = config.parse_config(_data(jobs={"trace": str(_trace(tmp_path))}))
+    seen: list[tuple[int, int, str]] = []
+    result = experiment.execute(cfg, progress=lambda d, t, k, r, s: seen.append((d, t, k.label)))
+    assert [s[:2] for s in seen] == [(i, 4) for i in range(1, 5)]
+    assert [k for k, _ in result.runs] == experiment.run_keys(cfg)
+    assert len({(k.scheduler, k.network) for k, _ in result.runs}) == 4
+
+    out = tmp_path / "out"
+    written = report.write(result, out)
+    saved = json.loads((out / "report.json").read_text())
+    assert saved == json.loads(json.dumps(written)) and saved["schema"] == report.SCHEMA
+    assert saved["config"]["jobs"] == {"trace": str(tmp_path / "jobs.csv")}
+    assert len(saved["runs"]) == 4 and len(saved["cells"]) == 4
+    for run in saved["runs"]:
+        res = result.result(run["scheduler"], run["network"], run["seed"])
+        assert [j["name"] for j in run["jobs"]] == ["a", "b", "c", "d"]
+        for j in run["jobs"]:
+            assert j["jct_s"] == pytest.approx(j["end_s"] - j["arrival_s"])
+            assert j["slowdown"] == pytest.approx(j["jct_s"] / j["dedicated_s"])
+        assert run["metrics"]["jct_mean_s"] == pytest.approx(
+            np.mean([j["jct_s"] for j in run["jobs"]]))
+        assert run["metrics"]["jct_p99_s"] == res.jct_summary()["p99"]
+        assert run["metrics"]["gpu_utilisation"] == res.gpu_utilisation()
+        cell = next(c for c in saved["cells"] if (c["scheduler"], c["network"]) ==
+                    (run["scheduler"], run["network"]))
+        assert {m: cell[m] for m in report.METRICS} == run["metrics"]     # one seed
+
+    cells = {(c["scheduler"], c["network"]): c for c in saved["cells"]}
+    assert len(saved["vs_fair"]) == 2
+    for r in saved["vs_fair"]:
+        mine, fair = cells[r["scheduler"], "mltcp"], cells[r["scheduler"], "fair"]
+        assert r["network"] == "mltcp"
+        assert r["jct_mean_ratio"] == pytest.approx(mine["jct_mean_s"] / fair["jct_mean_s"])
+        assert r["jct_p99_ratio"] == pytest.approx(mine["jct_p99_s"] / fair["jct_p99_s"])
+        assert r["per_seed"] == [{"seed": 0, "jct_mean_ratio": r["jct_mean_ratio"],
+                                  "jct_p99_ratio": r["jct_p99_ratio"]}]
+        assert r["jct_mean_ratio"] < 1.0       # a and b share a NIC: MLTCP shifts b
+
+    md = (out / "summary.md").read_text()
+    for (sched, net), c in cells.items():
+        assert f"| {sched} | {net} | {report._seconds(c['jct_mean_s'])} |" in md
+    for r in saved["vs_fair"]:
+        assert f"| {r['scheduler']} | mltcp | {r['jct_mean_ratio']:.3f} |" in md
+    for name in ("jct_cdf.png", "slowdown_cdf.png"):
+        data = (out / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+        assert f"]({name})" in md
+
+
+def test_cells_are_means_over_seeds_and_no_fair_means_no_ratios(tmp_path: Path) -> None:
+    cfg = config.parse_config(_data(schedulers=["fifo/random"], networks=["mltcp"],
+                                    seeds=[0, 1]))
+    result = experiment.execute(cfg, progress=None)
+    assert result.result("fifo/random", "mltcp", 0) != result.result("fifo/random", "mltcp", 1)
+    rep = report.build(result)
+    runs = [r["metrics"] for r in rep["runs"]]
+    [cell] = rep["cells"]
+    for m in ("jct_mean_s", "jct_p99_s", "makespan_s", "gpu_utilisation", "jwt_mean_s"):
+        assert cell[m] == pytest.approx((runs[0][m] + runs[1][m]) / 2)
+    assert rep["vs_fair"] == [] and "No fair-sharing runs" in report.markdown(rep)
+
+
+def test_jobs_that_do_not_fit_fail_before_any_run(tmp_path: Path) -> None:
+    cfg = config.parse_config(_data(jobs={"trace": str(_trace(
+        tmp_path, TRACE.replace("d,1,2,", "d,1,20,")))}))
+    ran: list[object] = []
+    with pytest.raises(SpecError, match=r"jobs\[d\]\.gpus"):
+        experiment.execute(cfg, progress=lambda *a: ran.append(a))
+    assert ran == []
+
+
+def test_dask_runs_give_the_same_results_and_bring_back_a_workers_bad_input(
+        tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed", reason="dask (the sweep extra) is not "
+                                                            "installed")
+    cfg = config.parse_config(_data(jobs={"trace": str(_trace(tmp_path))}))
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        seen: list[int] = []
+        on_dask = experiment.execute(cfg, scheduler=cluster.scheduler_address,
+                                     progress=lambda d, t, k, r, s: seen.append(d))
+        assert seen == [1, 2, 3, 4]
+        assert on_dask.runs == experiment.execute(cfg, progress=None).runs
+        # A run whose scheduler only the worker builds: its SpecError comes back whole.
+        broken = config.ExperimentConfig(cfg.name, cfg.cluster, cfg.jobs,
+                                         ("fifo/first_fit", "fifo/nowhere"), ("fair",))
+        with pytest.raises(SpecError) as err:
+            experiment.execute(broken, scheduler=cluster.scheduler_address, progress=None)
+        assert err.value.field == "scheduler" and "fifo/nowhere x fair" in err.value.problem
