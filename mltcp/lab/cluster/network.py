@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mltcp.core.aggressiveness import Aggressiveness
+from mltcp.lab.cluster.fabric import LeafSpine
 from mltcp.lab.cluster.scheduler import RunningJob
 
 
@@ -26,6 +27,13 @@ class Network:
 
     def job_weights(self, running: Sequence[RunningJob], now: float) -> list[float] | None:
         """Each running job's flow weight (None: all 1)."""
+        return None
+
+    def delays(self, fabric: LeafSpine, seed: int, running: Sequence[RunningJob],
+               comm_start_s: Sequence[float], now: float) -> Sequence[float | None] | None:
+        """How long to hold back each running job's next communication, given when its
+        current or next one starts (None: no holds; a scheme that shifts jobs in time,
+        Cassini's, answers)."""
         return None
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mltcp.core.errors import SpecError
-from mltcp.lab.cluster import ada_srsf, vclos
+from mltcp.lab.cluster import ada_srsf, cassini_net, cassini_sched, vclos
 from mltcp.lab.cluster import network as _network
 from mltcp.lab.cluster.fabric import LeafSpine
 from mltcp.lab.cluster.network import Network
@@ -26,11 +26,12 @@ PREEMPT_ROUND_S = 60.0
 FLAGS = ("preempt", "backfill")
 
 NAMED: dict[str, Callable[[LeafSpine], Scheduler]] = {**ada_srsf.SCHEDULERS,
-                                                      **vclos.SCHEDULERS}
+                                                      **vclos.SCHEDULERS,
+                                                      "cassini": cassini_sched.cassini}
 
 NETWORKS: dict[str, Callable[[LeafSpine], Network]] = {
     "fair": _network.fair, "mltcp": _network.mltcp,
-    "ada-dual": ada_srsf.ada_dual,
+    "ada-dual": ada_srsf.ada_dual, "cassini": cassini_net.cassini_network,
     **{f"srsf-{n}": (lambda fabric, n=n: ada_srsf.srsf_comm(fabric, n)) for n in (1, 2, 3)},
 }
 

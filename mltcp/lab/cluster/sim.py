@@ -186,9 +186,10 @@ class _Run:
                                job_weights=sim.network.job_weights(now, self.t))
             if self.st is not None:
                 was = {id(s): i for i, s in enumerate(self.segments)}
-                fluid_engine.carry_over(self.st, new, [(was[id(s)], i) for i, s in
-                                                       enumerate(segments) if id(s) in was],
-                                        self.t)
+                pairs = [(was[id(s)], i) for i, s in enumerate(segments) if id(s) in was]
+                fluid_engine.carry_over(self.st, new, pairs, self.t)
+                for old, kept in pairs:         # holds a network put on later iterations
+                    new.jitter[kept] = self.st.jitter[old]
             else:
                 new.clock[0] = self.t
         if self.st is not None:
@@ -259,6 +260,33 @@ class _Run:
         self.queue = [q for q in self.queue if q.name not in started]
         self._rebuild(keep + [self._start(job, where) for job, where in decision.start])
 
+    def _hold_back(self) -> None:
+        """Let a network that shifts jobs in time hold back running jobs' communication.
+
+        A scheme that overrides :meth:`Network.delays` (Cassini's time-shifts and drift
+        correction) is told when each running job's communication starts: the one it
+        computes towards, or the one under way (plus holds already asked for it); it
+        answers how long to hold each job's next communication back (seconds, or None).
+        A computing job's compute ends later; a communicating job's next iteration
+        computes longer.  For the other schemes nothing is computed here."""
+        st, network = self.st, self.sim.network
+        if st is None or type(network).delays is Network.delays:
+            return
+        n_flows, last = len(st.flow_job), st.jitter.shape[1] - 1
+        comm = np.full(len(self.segments), np.nan)
+        for j in np.flatnonzero(st.running):
+            i = int(st.it[j])
+            comm[j] = st.heap_key[n_flows + j] if st.heap_pos[n_flows + j] >= 0 else \
+                st.comm_start[j, i] + st.jitter[j, min(i + 1, last)]
+        delays = network.delays(self.fabric, self.sim.seed, self._running(), comm, self.t)
+        for j, hold in enumerate(delays or ()):
+            if not hold > 0 or not st.running[j]:
+                continue
+            if st.heap_pos[n_flows + j] >= 0:
+                fluid_engine.set_event(st, n_flows + j, float(st.heap_key[n_flows + j]) + hold)
+            elif st.it[j] < last:
+                st.jitter[j, st.it[j] + 1] += hold
+
     # -- the loop
 
     def run(self, max_events: int) -> ClusterResult:
@@ -268,6 +296,7 @@ class _Run:
             while self.arrivals and self.arrivals[0].arrival_s <= self.t:
                 self.queue.append(QueuedJob(self.arrivals.pop(0)))
             self._schedule()
+            self._hold_back()
             next_arrival = self.arrivals[0].arrival_s if self.arrivals else math.inf
             if not self.segments:
                 if not self.arrivals:
