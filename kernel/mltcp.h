@@ -458,6 +458,18 @@ static __always_inline void mltcp_on_set_state(struct sock *sk, struct mltcp_flo
 		mltcp_contain_cwnd(sk, fl);
 }
 
+/* min_tso_segs(): tcp_write_xmit() asks it (tcp_tso_segs()) before it reads the window,
+ * on every path that transmits: an ACK's, including the old-ACK path that undoes a
+ * reduction on a D-SACK without calling cong_control() or set_state() (the state stays
+ * Open), the application's send, the small-queue tasklet's.  The last point where a
+ * garbage undo_cwnd() window can be contained before it is sent under.  Returns what
+ * TCP uses without the op: net.ipv4.tcp_min_tso_segs. */
+static __always_inline __u32 mltcp_on_xmit(struct sock *sk, struct mltcp_flow *fl)
+{
+	mltcp_contain_cwnd(sk, fl);
+	return sk->__sk_common.skc_net.net->ipv4.sysctl_tcp_min_tso_segs;
+}
+
 /*
  * First part of every module's cong_control(): keep TCP's window and ssthresh to
  * the module's decisions.  ``fallback_ssthresh`` is the algorithm's ssthresh for a

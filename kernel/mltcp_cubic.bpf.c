@@ -27,8 +27,10 @@
  * The window is set from cong_control() (mltcp.h: mltcp_control_begin), not
  * cong_avoid(): the reduction (PRR) runs on the ssthresh this module decided, so
  * a garbage ssthresh()/undo_cwnd() return (a kernel fault, docs/known-issues.md)
- * never becomes the window.  With F = 1 (no job, disabled or stale config) the
- * window follows the kernel's CUBIC exactly.
+ * never becomes the window (set_state(), cwnd_event() and min_tso_segs(), asked
+ * before every transmission, contain it on the paths that skip cong_control()).
+ * With F = 1 (no job, disabled or stale config) the window follows the kernel's
+ * CUBIC exactly.
  */
 #include "mltcp.h"
 
@@ -189,6 +191,12 @@ __u32 BPF_PROG(mltcp_cubic_undo_cwnd, struct sock *sk)
 	return tcp_reno_undo_cwnd(sk);
 }
 
+SEC("struct_ops")
+__u32 BPF_PROG(mltcp_cubic_min_tso_segs, struct sock *sk)
+{
+	return mltcp_on_xmit(sk, &cubic_ca(sk)->m);
+}
+
 SEC(".struct_ops")
 struct tcp_congestion_ops mltcp_cubic = {
 	.init = (void *)mltcp_cubic_init,
@@ -198,6 +206,7 @@ struct tcp_congestion_ops mltcp_cubic = {
 	.ssthresh = (void *)mltcp_cubic_ssthresh,
 	.set_state = (void *)mltcp_cubic_state,
 	.cwnd_event = (void *)mltcp_cubic_cwnd_event,
+	.min_tso_segs = (void *)mltcp_cubic_min_tso_segs,
 	.undo_cwnd = (void *)mltcp_cubic_undo_cwnd,
 	.name = "mltcp_cubic",
 };

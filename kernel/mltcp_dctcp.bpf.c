@@ -21,7 +21,9 @@
  * loss, no alpha.  The ops set TCP_CONG_NEEDS_ECN so that ECN is negotiated
  * on SYN/SYN-ACK whatever the sysctl says.  The window is set from
  * cong_control() (mltcp.h: mltcp_control_begin), not cong_avoid(), so a garbage
- * ssthresh()/undo_cwnd() return (the same kernel fault) never becomes the window.
+ * ssthresh()/undo_cwnd() return (the same kernel fault) never becomes the window
+ * (set_state(), cwnd_event() and min_tso_segs(), asked before every transmission,
+ * contain it on the paths that skip cong_control()).
  */
 #include "mltcp.h"
 
@@ -235,6 +237,12 @@ __u32 BPF_PROG(mltcp_dctcp_undo_cwnd, struct sock *sk)
 	return cwnd > ca->loss_cwnd ? cwnd : ca->loss_cwnd;
 }
 
+SEC("struct_ops")
+__u32 BPF_PROG(mltcp_dctcp_min_tso_segs, struct sock *sk)
+{
+	return mltcp_on_xmit(sk, &dctcp_ca(sk)->m);
+}
+
 SEC(".struct_ops")
 struct tcp_congestion_ops mltcp_dctcp = {
 	.init = (void *)mltcp_dctcp_init,
@@ -245,6 +253,7 @@ struct tcp_congestion_ops mltcp_dctcp = {
 	.ssthresh = (void *)mltcp_dctcp_ssthresh,
 	.set_state = (void *)mltcp_dctcp_state,
 	.cwnd_event = (void *)mltcp_dctcp_cwnd_event,
+	.min_tso_segs = (void *)mltcp_dctcp_min_tso_segs,
 	.undo_cwnd = (void *)mltcp_dctcp_undo_cwnd,
 	.flags = TCP_CONG_NEEDS_ECN,
 	.name = "mltcp_dctcp",

@@ -13,8 +13,9 @@
  * becomes the window; with F = 1 the window follows the kernel's Reno exactly.
  * A flow that belongs to no job, or whose job config is disabled or stale, has
  * F = 1.  The added cwnd_event() watches CA_EVENT_TX_START for iteration
- * boundaries, and it and the added set_state() contain a garbage undo window on
- * the paths that skip cong_control().
+ * boundaries, and it, the added set_state() and min_tso_segs() (asked before
+ * every transmission) contain a garbage undo window on the paths that skip
+ * cong_control().
  */
 #include "mltcp.h"
 
@@ -101,6 +102,12 @@ __u32 BPF_PROG(mltcp_reno_undo_cwnd, struct sock *sk)
 	return tcp_reno_undo_cwnd(sk);
 }
 
+SEC("struct_ops")
+__u32 BPF_PROG(mltcp_reno_min_tso_segs, struct sock *sk)
+{
+	return mltcp_on_xmit(sk, &reno_ca(sk)->m);
+}
+
 SEC(".struct_ops")
 struct tcp_congestion_ops mltcp_reno = {
 	.init = (void *)mltcp_reno_init,
@@ -110,6 +117,7 @@ struct tcp_congestion_ops mltcp_reno = {
 	.ssthresh = (void *)mltcp_reno_ssthresh,
 	.set_state = (void *)mltcp_reno_state,
 	.cwnd_event = (void *)mltcp_reno_cwnd_event,
+	.min_tso_segs = (void *)mltcp_reno_min_tso_segs,
 	.undo_cwnd = (void *)mltcp_reno_undo_cwnd,
 	.name = "mltcp_reno",
 };
