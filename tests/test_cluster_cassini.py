@@ -10,7 +10,13 @@ import pytest
 
 from mltcp.core.errors import SpecError
 from mltcp.lab.cassini import JobDemand, Phase
-from mltcp.lab.cluster.cassini_links import closes_loop, lockstep_periods, solve_link, traffic
+from mltcp.lab.cluster.cassini_links import (
+    closes_loop,
+    lockstep_periods,
+    shared_links,
+    solve_link,
+    traffic,
+)
 from mltcp.lab.cluster.cassini_net import CassiniNetwork, ShiftPlan, holds, shift_plan
 from mltcp.lab.cluster.cassini_sched import (
     CassiniScheduler,
@@ -232,6 +238,26 @@ def test_periods_of_240_155_235_ms_are_solved_on_one_link() -> None:
     assert set(found.shifts_ms) == {"a", "b", "c"}
     assert all(0 <= found.shifts_ms[j.name] < j.period_ms for j in jobs)
     assert -1 < found.score <= 1
+
+
+def test_periods_without_a_bounded_circle_put_their_group_in_lock_step() -> None:
+    # Four 2-server jobs through one uplink, iterations of 300/400/500/700 ms alone: 42 s
+    # even at 100 ms resolution (more bins than a link allows).  The group goes in
+    # lock-step at the longest period on every link instead of refusing, and the plan is
+    # made (one period per job on all its links).
+    fabric = LeafSpine(leaves=2, servers_per_leaf=4, spines=1, gpus_per_server=1,
+                       server_gbit=10, oversubscription=4)
+    jobs = [PlacedJob(n, ((i, 1), (i + 4, 1)), p - 0.06, 0.06 * RATE, 10, spines=(0, 0))
+            for i, (n, p) in enumerate((("a", .3), ("b", .4), ("c", .5), ("d", .7)))]
+    links = shared_links(fabric, [traffic(j, fabric) for j in jobs], 0.05)
+    assert sorted(links.periods_s.values()) == pytest.approx([0.7] * 4, rel=0.01)
+    for demands in links.jobs.values():
+        assert [d.period_ms for d in demands] == pytest.approx([700.0] * len(demands),
+                                                               rel=0.01)
+    plan = shift_plan(fabric, [traffic(j, fabric) for j in jobs])
+    assert set(plan.shift_s) >= {"a", "b", "c", "d"}
+    two = shared_links(fabric, [traffic(j, fabric) for j in jobs[:2]], 0.05)
+    assert sorted(two.periods_s.values()) == [pytest.approx(0.3), pytest.approx(0.4)]
 
 
 def _three_jobs() -> tuple[LeafSpine, list[JobRequest], dict[str, Allocation]]:

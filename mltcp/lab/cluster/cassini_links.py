@@ -144,7 +144,16 @@ def shared_links(fabric: LeafSpine, traffics: Sequence[Traffic], lockstep: float
     groups = _groups(shared)
     periods: dict[str, float] = {}
     for group in groups:
-        periods.update(lockstep_periods({t.name: t.period_s for t in group}, lockstep))
+        own = lockstep_periods({t.name: t.period_s for t in group}, lockstep)
+        names = {t.name for t in group}
+        if not all(_has_circle([_demand(t, link, own[t.name]) for t in ts])
+                   for link, ts in shared.items() if ts[0].name in names):
+            # Some link's periods have no bounded unified circle at any resolution
+            # (e.g. 300, 400, 500 and 700 ms: 42 s at 100 ms): the whole group (a job's
+            # period must be the same on all its links) goes in lock-step at its
+            # longest, the pace drift correction holds such jobs to anyway.
+            own = lockstep_periods(own, math.inf)
+        periods.update(own)
     gbit = fabric.capacities() * 8 / 1e9
     merged: set[tuple] = set()
     jobs: dict[str, tuple[JobDemand, ...]] = {}
@@ -209,6 +218,21 @@ def closes_loop(job_links: Mapping[str, Sequence[str]], job: str) -> bool:
         if root in seen:
             return True
         seen.add(root)
+    return False
+
+
+def _has_circle(jobs: Sequence[JobDemand]) -> bool:
+    """Whether ``jobs`` have a unified circle of at most ``MAX_LINK_BINS`` bins at some
+    resolution of :data:`RESOLUTIONS_MS` (the check :func:`solve_link` makes first)."""
+    shortest = min(j.period_ms for j in jobs)
+    for resolution in RESOLUTIONS_MS:
+        if resolution > shortest and resolution != RESOLUTIONS_MS[0]:
+            break
+        try:
+            _link_step(jobs, DEFAULT_STEP_DEG, resolution)
+        except SpecError:
+            continue
+        return True
     return False
 
 
@@ -284,14 +308,28 @@ def _scores(totals: np.ndarray, capacity: float) -> np.ndarray:
 def solve_link(jobs: Sequence[JobDemand], capacity: float, step_deg: float = DEFAULT_STEP_DEG,
                link: str = "", cache: dict | None = None) -> LinkFit:
     """Best rotations of ``jobs`` on one link, at the finest period resolution of
-    :data:`RESOLUTIONS_MS` whose unified circle stays bounded."""
+    :data:`RESOLUTIONS_MS` whose unified circle stays bounded.  Periods that have no
+    bounded circle at any of them do not reach here: :func:`shared_links` puts such a
+    link's group in lock-step."""
     key = (tuple(jobs), capacity, step_deg)
     if cache is not None and key in cache:
         return cache[key]
-    error: SpecError | None = None
+    fit = _solve_bounded(jobs, capacity, step_deg, link)
+    if fit is None:
+        raise SpecError("periods_ms", f"periods {', '.join(f'{j.period_ms:g}' for j in jobs)} "
+                        "ms have no bounded unified circle", "lock-step them (shared_links)")
+    if cache is not None:
+        if len(cache) > CACHE_LIMIT:
+            cache.clear()
+        cache[key] = fit
+    return fit
+
+
+def _solve_bounded(jobs: Sequence[JobDemand], capacity: float, step_deg: float,
+                   link: str) -> LinkFit | None:
     shortest = min(j.period_ms for j in jobs)
     for resolution in RESOLUTIONS_MS:
-        if resolution > shortest:
+        if resolution > shortest and resolution != RESOLUTIONS_MS[0]:
             break
         try:
             step = _link_step(jobs, step_deg, resolution)
@@ -299,14 +337,6 @@ def solve_link(jobs: Sequence[JobDemand], capacity: float, step_deg: float = DEF
         except SpecError as err:
             if err.field not in ("periods_ms", "step_deg"):
                 raise
-            error = err
             continue
-        fit = LinkFit(tuple(jobs), capacity, found, step, resolution)
-        if cache is not None:
-            if len(cache) > CACHE_LIMIT:
-                cache.clear()
-            cache[key] = fit
-        return fit
-    raise error or SpecError("periods_ms", f"periods {', '.join(f'{j.period_ms:g}' for j in jobs)}"
-                             " ms have no bounded unified circle",
-                             "profile the jobs' iteration times")
+        return LinkFit(tuple(jobs), capacity, found, step, resolution)
+    return None
