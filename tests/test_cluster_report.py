@@ -248,8 +248,11 @@ def test_an_experiment_writes_json_markdown_and_plots_that_agree(tmp_path: Path)
         assert r["network"] == "mltcp"
         assert r["jct_mean_ratio"] == pytest.approx(mine["jct_mean_s"] / fair["jct_mean_s"])
         assert r["jct_p99_ratio"] == pytest.approx(mine["jct_p99_s"] / fair["jct_p99_s"])
+        assert r["run_slowdown_ratio"] == pytest.approx(mine["run_slowdown_mean"]
+                                                        / fair["run_slowdown_mean"])
         assert r["per_seed"] == [{"seed": 0, "jct_mean_ratio": r["jct_mean_ratio"],
-                                  "jct_p99_ratio": r["jct_p99_ratio"]}]
+                                  "jct_p99_ratio": r["jct_p99_ratio"],
+                                  "run_slowdown_ratio": r["run_slowdown_ratio"]}]
         assert r["jct_mean_ratio"] < 1.0       # a and b share a NIC: MLTCP shifts b
 
     md = (out / "summary.md").read_text()

@@ -51,6 +51,9 @@ METRICS: dict[str, str] = {
     "gpu_utilisation": "GPU-seconds held by jobs / GPU-seconds of the cluster in the makespan",
     "slowdown_mean": "JCT / the job's dedicated run time, mean over jobs",
     "slowdown_p99": "slowdown, 99th percentile",
+    "run_slowdown_mean": "time on GPUs / the job's dedicated run time (the network's cost, "
+                         "waiting left out), mean over jobs",
+    "run_slowdown_p99": "run slowdown, 99th percentile",
     "preemptions": "times a job was sent back to the queue, summed over jobs",
 }
 
@@ -62,14 +65,16 @@ def jwt_mean(result: ClusterResult) -> float:
     return float(np.mean([j.jwt_s for j in result.jobs]))
 
 
-def slowdowns(result: ClusterResult) -> np.ndarray:
-    """Every job's slowdown that is defined (a job with a dedicated time)."""
-    values = np.array([j.slowdown for j in result.jobs])
+def slowdowns(result: ClusterResult, which: str = "slowdown") -> np.ndarray:
+    """Every job's ``which`` (slowdown or run_slowdown) that is defined (a job with a
+    dedicated time)."""
+    values = np.array([getattr(j, which) for j in result.jobs])
     return values[np.isfinite(values)]
 
 
-def slowdown_summary(result: ClusterResult) -> dict[str, float | None]:
-    values = slowdowns(result)
+def slowdown_summary(result: ClusterResult, which: str = "slowdown"
+                     ) -> dict[str, float | None]:
+    values = slowdowns(result, which)
     if not values.size:
         return {"mean": None, "p99": None}
     return {"mean": float(values.mean()), "p99": float(np.percentile(values, 99))}
@@ -83,10 +88,12 @@ def run_metrics(result: ClusterResult) -> dict[str, float | int | None]:
     """One run's :data:`METRICS`."""
     jct = result.jct_summary()
     slow = slowdown_summary(result)
+    run = slowdown_summary(result, "run_slowdown")
     return {"jobs": len(result.jobs), "jct_mean_s": jct["mean"], "jct_p50_s": jct["p50"],
             "jct_p90_s": jct["p90"], "jct_p99_s": jct["p99"], "jwt_mean_s": jwt_mean(result),
             "makespan_s": result.makespan_s, "gpu_utilisation": result.gpu_utilisation(),
             "slowdown_mean": slow["mean"], "slowdown_p99": slow["p99"],
+            "run_slowdown_mean": run["mean"], "run_slowdown_p99": run["p99"],
             "preemptions": preemptions(result)}
 
 
@@ -99,9 +106,11 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def _ratios(mine: dict[str, Any], fair: dict[str, Any]) -> dict[str, float | None]:
-    """Mean and p99 JCT over fair sharing's (the same keys in a cell and a run)."""
+    """Mean and p99 JCT, and mean run slowdown, over fair sharing's (the same keys in a
+    cell and a run)."""
     return {"jct_mean_ratio": _ratio(mine["jct_mean_s"], fair["jct_mean_s"]),
-            "jct_p99_ratio": _ratio(mine["jct_p99_s"], fair["jct_p99_s"])}
+            "jct_p99_ratio": _ratio(mine["jct_p99_s"], fair["jct_p99_s"]),
+            "run_slowdown_ratio": _ratio(mine["run_slowdown_mean"], fair["run_slowdown_mean"])}
 
 
 # --------------------------------------------------------------------------- report
@@ -152,7 +161,8 @@ def _vs_fair(schedulers: tuple[str, ...], networks: tuple[str, ...], seeds: tupl
 def _outcome(job: Any) -> dict[str, Any]:
     slowdown = job.slowdown
     return {**asdict(job), "jct_s": job.jct_s, "jwt_s": job.jwt_s,
-            "slowdown": slowdown if math.isfinite(slowdown) else None}
+            "slowdown": slowdown if math.isfinite(slowdown) else None,
+            "run_slowdown": job.run_slowdown if math.isfinite(job.run_slowdown) else None}
 
 
 def write(result: ExperimentResult, out_dir: str | Path) -> dict[str, Any]:
@@ -182,7 +192,8 @@ def _num(value: float | None, spec: str) -> str:
 def table(report: dict[str, Any]) -> str:
     """Every scheduler x network scheme, its metrics' means over the seeds."""
     lines = ["| scheduler | network | JCT mean | p50 | p90 | p99 | JWT mean | makespan | "
-             "GPU util. | slowdown mean | slowdown p99 | preemptions |", "|" + "---|" * 12]
+             "GPU util. | slowdown mean | slowdown p99 | run slowdown mean | run slowdown p99 "
+             "| preemptions |", "|" + "---|" * 14]
     for c in report["cells"]:
         lines.append(
             f"| {c['scheduler']} | {c['network']} | {_seconds(c['jct_mean_s'])} | "
@@ -190,6 +201,7 @@ def table(report: dict[str, Any]) -> str:
             f"{_seconds(c['jct_p99_s'])} | {_seconds(c['jwt_mean_s'])} | "
             f"{_seconds(c['makespan_s'])} | {_num(c['gpu_utilisation'], '.0%')} | "
             f"{_num(c['slowdown_mean'], '.2f')} | {_num(c['slowdown_p99'], '.2f')} | "
+            f"{_num(c['run_slowdown_mean'], '.3f')} | {_num(c['run_slowdown_p99'], '.3f')} | "
             f"{_num(c['preemptions'], 'g')} |")
     return "\n".join(lines)
 
@@ -198,13 +210,13 @@ def vs_fair_table(report: dict[str, Any]) -> str:
     """Each network scheme's JCT over fair sharing's, under the same scheduler."""
     if not report["vs_fair"]:
         return "No fair-sharing runs to compare with (add \"fair\" to networks)."
-    lines = ["| scheduler | network | mean JCT / fair | p99 JCT / fair | per seed (mean) |",
-             "|---|---|---|---|---|"]
+    lines = ["| scheduler | network | mean JCT / fair | p99 JCT / fair | run slowdown / fair "
+             "| mean JCT / fair per seed |", "|---|---|---|---|---|---|"]
     for r in report["vs_fair"]:
         seeds = ", ".join(_num(s["jct_mean_ratio"], ".2f") for s in r["per_seed"])
         lines.append(f"| {r['scheduler']} | {r['network']} | "
                      f"{_num(r['jct_mean_ratio'], '.3f')} | {_num(r['jct_p99_ratio'], '.3f')} "
-                     f"| {seeds} |")
+                     f"| {_num(r['run_slowdown_ratio'], '.3f')} | {seeds} |")
     return "\n".join(lines)
 
 

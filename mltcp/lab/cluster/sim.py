@@ -66,6 +66,12 @@ class JobOutcome:
         """JCT over the job's dedicated run time (1 = as if alone and never waiting)."""
         return self.jct_s / self.dedicated_s if self.dedicated_s > 0 else math.nan
 
+    @property
+    def run_slowdown(self) -> float:
+        """Time on GPUs over the dedicated run time: what sharing the network cost the
+        job, its waiting left out (1 = as if alone)."""
+        return self.held_s / self.dedicated_s if self.dedicated_s > 0 else math.nan
+
 
 @dataclass(frozen=True)
 class ClusterResult:
