@@ -167,6 +167,16 @@ def test_a_seed_setup_brings_its_jobs_and_its_cluster() -> None:
     with pytest.raises(SpecError) as err:
         config.parse_config(_data(jobs={"setup": "no-such-setup"}))
     assert err.value.field == "jobs.setup" and key in err.value.fix
+    first = config.parse_config({**data, "jobs": {"setup": {"name": key, "first": 7}}})
+    by_arrival = sorted(seed_setups.jobs(key, 2), key=lambda j: (j.arrival_s, j.name))
+    assert first.jobs.requests(2) == by_arrival[:7]
+    assert config.parse_config(first.to_dict()) == first
+    for bad, field_ in (({"name": key, "first": 0}, "jobs.setup.first"),
+                        ({"first": 3}, "jobs.setup.name"),
+                        ({"name": key, "last": 3}, "jobs.setup")):
+        with pytest.raises(SpecError) as err:
+            config.parse_config({**data, "jobs": {"setup": bad}})
+        assert err.value.field.startswith(field_)
     del data["jobs"]["setup"]
     data["jobs"]["poisson"] = POISSON
     with pytest.raises(SpecError) as err:                        # no setup: no cluster

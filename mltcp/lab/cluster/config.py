@@ -23,7 +23,8 @@ runs is the scheduler's or the network's and nothing else's.  The file::
                 gpus = { "2" = 1, "8" = 2 },          # or a list: equally likely
                 iterations = [100, 500] }             # drawn from lo..hi (or one number)
     setup = "ada-srsf"             # a seed's experiment (mltcp.lab.cluster.seed_setups);
-                                   # its cluster is the default [cluster]
+                                   # its cluster is the default [cluster]; or
+                                   # { name = "...", first = 1000 }: its first jobs
 
 Where the jobs come from is a *job source*: one frozen dataclass per kind with
 ``requests(seed)``, and one parser per ``[jobs]`` key in :data:`JOB_SOURCES`; a new kind
@@ -114,15 +115,21 @@ class TraceJobs:
 @dataclass(frozen=True)
 class SetupJobs:
     """The jobs of one of the seeds' experiments, by its key in
-    :mod:`mltcp.lab.cluster.seed_setups`."""
+    :mod:`mltcp.lab.cluster.seed_setups`; ``first``: only the first so many by arrival
+    (a large setup, vClos's 5,000 jobs, cut to what a run should take)."""
 
     name: str
+    first: int | None = None
 
     def requests(self, seed: int) -> list[JobRequest]:
-        return seed_setups.jobs(self.name, seed)
+        jobs = seed_setups.jobs(self.name, seed)
+        return jobs if self.first is None else \
+            sorted(jobs, key=lambda j: (j.arrival_s, j.name))[:self.first]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"setup": self.name}
+        if self.first is None:
+            return {"setup": self.name}
+        return {"setup": {"name": self.name, "first": self.first}}
 
 
 JobSource = PoissonJobs | TraceJobs | SetupJobs
@@ -199,7 +206,7 @@ def _parse(data: Mapping[str, Any], base_dir: Path, default_name: str) -> Experi
                         "jobs", tuple(JOB_SOURCES), 'write [jobs] with trace = "jobs.csv"')
     if "cluster" in data:
         cluster = _cluster(data["cluster"])
-    elif isinstance(jobs_table.get("setup"), str):
+    elif isinstance(jobs_table.get("setup"), str | Mapping):
         cluster = _setup(jobs_table["setup"]).fabric         # the seed's own cluster
     else:
         _missing("cluster", "a [cluster] table with leaves = 2, servers_per_leaf = 2, "
@@ -390,10 +397,21 @@ def _iterations(value: object, field_: str) -> traces.IntRange:
 
 
 def _setup_jobs(value: object, field_: str, base_dir: Path, cluster: LeafSpine) -> SetupJobs:
-    return SetupJobs(_setup(value, field_).key)
+    """``setup = "name"`` or ``setup = { name = "name", first = 1000 }``."""
+    if not isinstance(value, Mapping):
+        return SetupJobs(_setup(value, field_).key)
+    table = _table(value, field_, ("name", "first"),
+                   f'write setup = {{ name = "{seed_setups.names()[0]}", first = 100 }}')
+    first = validate.integer(table["first"], f"{field_}.first", 1, 10**7, "1000") \
+        if "first" in table else None
+    return SetupJobs(_setup(table, field_).key, first)
 
 
 def _setup(value: object, field_: str = "jobs.setup") -> seed_setups.SeedSetup:
+    if isinstance(value, Mapping):
+        if "name" not in value:
+            _missing(f"{field_}.name", f'name = "{seed_setups.names()[0]}" to {field_}')
+        value, field_ = value["name"], f"{field_}.name"
     name = validate.text(value, field_, f'"{seed_setups.names()[0]}"')
     try:
         return seed_setups.setup(name)
