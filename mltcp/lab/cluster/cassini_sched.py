@@ -52,6 +52,8 @@ from mltcp.lab.cluster.scheduler import (
     Decision,
     OrderKey,
     QueuedJob,
+    ranked_queue,
+    start_in_order,
 )
 
 # --------------------------------------------------------------------------------------
@@ -170,18 +172,8 @@ class CassiniScheduler:
         validate.number(self.lockstep, "cassini.lockstep", 0, 0.5, "0.05")
 
     def decide(self, view: ClusterView) -> Decision:
-        queue = sorted(view.queue, key=lambda q: (*self.order(q, view.now), q.arrival_s,
-                                                  q.name))
-        starts: list[tuple[QueuedJob, Allocation]] = []
-        for job in queue:
-            where = self.place(view, job)
-            if where is None:
-                if self.blocking:
-                    break
-                continue
-            view.take(job, where)
-            starts.append((job, where))
-        return Decision(tuple(starts))
+        return Decision(start_in_order(view, ranked_queue(view, self.order), self.place,
+                                       self.blocking))
 
     def place(self, view: ClusterView, job: QueuedJob) -> Allocation | None:
         """Cassini's pick among ``job``'s candidate placements (None: it does not fit).

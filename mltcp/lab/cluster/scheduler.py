@@ -152,21 +152,12 @@ class QueueScheduler:
     round_s: float = 0.0
 
     def decide(self, view: ClusterView) -> Decision:
-        queue = sorted(view.queue, key=lambda q: (*self.order(q, view.now), q.arrival_s,
-                                                  q.name))
+        queue = ranked_queue(view, self.order)
         preempt: list[str] = []
         if self.preemptive:
             preempt = self._preemptions(view, queue)
-        starts: list[tuple[QueuedJob, Allocation]] = []
-        for job in queue:
-            where = self.place(view, job)
-            if where is None:
-                if self.blocking:
-                    break
-                continue
-            view.take(job, where)
-            starts.append((job, where))
-        return Decision(tuple(starts), tuple(preempt))
+        return Decision(start_in_order(view, queue, self.place, self.blocking),
+                        tuple(preempt))
 
     def _preemptions(self, view: ClusterView, queue: list[QueuedJob]) -> list[str]:
         """Running jobs that rank after waiting jobs the free GPUs cannot hold, latest
@@ -190,6 +181,27 @@ class QueueScheduler:
                 break
             free -= job.gpus
         return out
+
+
+def ranked_queue(view: ClusterView, order: OrderKey) -> list[QueuedJob]:
+    """The waiting jobs by ``order``, ties by arrival then name."""
+    return sorted(view.queue, key=lambda q: (*order(q, view.now), q.arrival_s, q.name))
+
+
+def start_in_order(view: ClusterView, queue: Sequence[QueuedJob], place: PlacementFn,
+                   blocking: bool) -> tuple[tuple[QueuedJob, Allocation], ...]:
+    """Place ``queue``'s jobs in turn, each reserving its GPUs in ``view``; with
+    ``blocking`` the first that does not fit stops the rest (head-of-line)."""
+    starts: list[tuple[QueuedJob, Allocation]] = []
+    for job in queue:
+        where = place(view, job)
+        if where is None:
+            if blocking:
+                break
+            continue
+        view.take(job, where)
+        starts.append((job, where))
+    return tuple(starts)
 
 
 def placement_from(policy: Callable[[LeafSpine, np.ndarray, int, random.Random],
