@@ -2,8 +2,10 @@
 
 It replaced a dense engine that recomputed every rate at every event; the examples'
 traces must not change (tests/data holds the first engine's numbers), and what makes it
-scale must hold: events only touch their contention component, a run can be advanced
-in slices without changing its result, link samples are the integral of the rates."""
+scale must hold: an event recomputes a small region of rates, yet after every event
+the rates are the weighted max-min of the whole network for the flows' weights; a run
+can be advanced in slices, or rebuilt mid-run, without changing its result; link
+samples are the integral of the rates."""
 
 from __future__ import annotations
 
@@ -76,6 +78,97 @@ def test_an_event_recomputes_its_component_only() -> None:
     # shared: 2 MB at 1 MB/s; alone: 1 MB at 1 MB/s
     assert (st.end - st.start)[:2, 0] == pytest.approx([2.1, 2.1])
     assert (st.end - st.start)[2] == pytest.approx([1.1, 1.1, 1.1])
+
+
+def _random_state(seed: int, n_jobs: int, n_links: int, slope: float,
+                  iterations: int = 3) -> tuple[fluid_engine.EngineState, list[list[int]]]:
+    """Jobs of 1-3 flows, each flow over 1-4 random links of random capacities, with
+    random bytes, weights (connections), compute and start times: contention
+    components of every shape, a giant one where flows are many for the links."""
+    rng = np.random.default_rng(seed)
+    flow_job, flow_links = [], []
+    for j in range(n_jobs):
+        for _ in range(int(rng.integers(1, 4))):
+            flow_job.append(j)
+            flow_links.append(sorted(rng.choice(n_links, size=int(rng.integers(1, 5)),
+                                                replace=False).tolist()))
+    n = len(flow_job)
+    st = fluid_engine.new_state(
+        np.array(flow_job), flow_links, rng.uniform(0.5e6, 2e6, n_links),
+        rng.uniform(0.2e6, 1e6, n), rng.integers(1, 4, n).astype(float),
+        np.ones((n_jobs, 1)), rng.uniform(0.01, 0.2, (n_jobs, 1)),
+        np.full(n_jobs, iterations), rng.uniform(0.0, 0.5, n_jobs), np.zeros((n_jobs, 1)),
+        slope, 1.0, np.inf, 8, 0.0)
+    return st, flow_links
+
+
+@pytest.mark.parametrize("slope", [0.0, 4.0])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_after_every_event_the_rates_are_the_whole_networks_max_min(
+        seed: int, slope: float) -> None:
+    # The engine recomputes a region per event; a recomputation of every rate with the
+    # same weights (weight x F as the engine last evaluated it) must agree, event by
+    # event, through starts, finishes and (slope 4: MLTCP) F marks.
+    st, flow_links = _random_state(seed, n_jobs=16, n_links=12, slope=slope, iterations=8)
+    checked = 0
+    while fluid_engine.advance_until(st, np.inf, st.events + 1) == \
+            fluid_engine.TOO_MANY_EVENTS:
+        on = st.active
+        want = fluid_engine.weighted_max_min(np.where(on, st.w, 0.0), flow_links,
+                                             st.capacity)
+        np.testing.assert_allclose(st.rate[on], want[on], rtol=1e-9, atol=1e-6)
+        checked += int(on.any())
+    assert st.events > 300 and checked > 200
+    assert np.isfinite(st.end).all()
+
+
+def _component_sizes(flow_links: list[list[int]]) -> list[int]:
+    """Flows per connected component of the flows' link-sharing graph."""
+    parent = list(range(len(flow_links)))
+
+    def root(a: int) -> int:
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    first: dict[int, int] = {}
+    for f, links in enumerate(flow_links):
+        for k in links:
+            parent[root(f)] = root(first.setdefault(k, f))
+    sizes: dict[int, int] = {}
+    for f in range(len(flow_links)):
+        sizes[root(f)] = sizes.get(root(f), 0) + 1
+    return sorted(sizes.values(), reverse=True)
+
+
+@pytest.mark.parametrize("slope", [0.0, 4.0])
+def test_an_event_recomputes_a_few_rates_of_a_giant_component(slope: float) -> None:
+    # 200 jobs' ~400 flows on 600 links: one contention component holds most of them.
+    # A start, finish or F mark moves the rates near it only (an F mark used to
+    # recompute its whole component: about half the flows, every event).
+    st, flow_links = _random_state(0, n_jobs=200, n_links=600, slope=slope)
+    giant = _component_sizes(flow_links)[0]
+    assert giant > 0.8 * len(flow_links)
+    assert fluid_engine.advance_until(st, np.inf, 10**7) == fluid_engine.DONE
+    assert st.recomputed / st.events < 0.05 * giant
+
+
+def test_a_rebuilt_state_goes_on_as_the_run_without_it() -> None:
+    # The cluster simulator rebuilds the state when its jobs change and carries the
+    # running ones over: their rates are computed again with the F they had, so the
+    # run goes on as if nothing happened (with F evaluated anew at the rebuild, MLTCP
+    # runs would drift apart by far more than this).
+    whole, _ = _random_state(3, n_jobs=30, n_links=20, slope=4.0, iterations=6)
+    assert fluid_engine.advance_until(whole, np.inf, 10**7) == fluid_engine.DONE
+    old, _ = _random_state(3, n_jobs=30, n_links=20, slope=4.0, iterations=6)
+    for until in (0.7, 1.9, 3.1):
+        assert fluid_engine.advance_until(old, until, 10**7) == fluid_engine.RUNNING
+        new, _ = _random_state(3, n_jobs=30, n_links=20, slope=4.0, iterations=6)
+        fluid_engine.carry_over(old, new, [(j, j) for j in range(30)], old.t)
+        old = new
+    assert fluid_engine.advance_until(old, np.inf, 10**7) == fluid_engine.DONE
+    np.testing.assert_allclose(old.end, whole.end, rtol=1e-9)
 
 
 def test_slices_do_not_change_the_result() -> None:

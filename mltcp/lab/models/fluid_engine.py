@@ -2,34 +2,56 @@
 something changed.
 
 Why this shape.  A cluster run has a thousand jobs, each a few flows, each crossing a
-few of the fabric's links, over a million events.  Recomputing every flow's rate at
+few of the fabric's links, over millions of events.  Recomputing every flow's rate at
 every event, with dense (flows x links) matrices, cost the first engine seconds per
 hundred events at that scale (``bench/bench_cluster_scale.py``).  Here:
 
 * the link-flow incidence is sparse (CSR both ways: a flow's links, a link's flows);
-* an event (a job's compute ends, a flow delivers its bytes, an MLTCP flow's
-  bytes_ratio reaches its next 1/f_steps mark) only recomputes the rates of a
-  *region*: its jobs' flows, grown until every flow on the region's links has a
-  bottleneck again (the weighted max-min condition), the flows outside keeping their
-  rates; a region still growing after two rounds, or an F step (which moves every
-  rate of its *contention component*: the active flows reachable through shared
-  links), is solved as that whole component.  Each flow's progress is brought up to
-  date lazily, from the time its rate was last set;
+* an event (a job's compute ends and its flows start, a flow delivers its bytes, an
+  MLTCP flow's bytes_ratio reaches its next 1/f_steps mark) recomputes the rates of a
+  *region* only: the event's flows (and, for MLTCP, the flows that share a link with
+  them, see below), grown until the allocation is the weighted max-min one again,
+  the flows outside keeping their rates (:func:`_settle`).  The test is the
+  characterisation of weighted max-min: every active flow has a *bottleneck*, a full
+  link on which no flow gets more per unit of weight; the allocation with that
+  property is unique, so a region that passes it gives the rates a recomputation of
+  the whole network would (to rounding: the test's tolerance is 1e-12 relative).
+  Each flow remembers a link checked to be its bottleneck; a flow outside the region
+  whose bottleneck is not one of the region's links cannot have lost it (nothing on
+  that link changed) and is not checked again.  A flow without one joins the region,
+  with the flows bottlenecked on its links (they are the next to move: one round
+  saved for a few more rates); a region still growing after _MAX_ROUNDS rounds is
+  solved as its whole contention component (the active flows reachable through shared
+  links).  Each flow's progress is brought up to date lazily, from the time its rate
+  was last set;
 * the next event comes from an indexed min-heap over flows and jobs (a flow's key is
   its next finish or F mark at its current rate, a job's its compute end);
+* max-min itself is progressive filling; the next link to fill is found by a scan in
+  a region of a few dozen links, from a heap of links in a large one;
 * link samples are aggregated into their periodic bins as rates change (bytes of each
   bin = the integral of the link's rate over it: the same numbers the piecewise-linear
   interpolation of the cumulative bytes gave), and only when asked for;
 * the loops are compiled with numba (a well-kept JIT for numeric Python: no C
   extension to build, the functions stay readable Python), cached on disk so a process
-  pays the compilation once per installation.
+  pays the compilation once per installation, and without numba's reference counting
+  (:func:`_compiled`: it was three quarters of an event's time).
 
-The model is :mod:`mltcp.lab.models.fluid`'s (weighted max-min by progressive filling,
-phases and barriers as :mod:`mltcp.lab.models.jobphases` describes them); F is
-:func:`mltcp.core.aggressiveness.f_float`, compiled.  One difference of scope from the
-first engine, which re-evaluated every flow's F at every event of the run: F is
-re-evaluated for the flows whose rates an event recomputes, so an unrelated job's
-event elsewhere in the network no longer moves it.
+Which F an allocation uses.  The model is :mod:`mltcp.lab.models.fluid`'s (weighted
+max-min by progressive filling, phases and barriers as
+:mod:`mltcp.lab.models.jobphases` describes them); F is
+:func:`mltcp.core.aggressiveness.f_float`, compiled.  The first engine re-evaluated
+every flow's F at every event of the run; here F is re-evaluated, at an event, for
+the flows that start, stop or reach an F mark and for the active flows that share a
+link with them (their competition changed), and every other flow keeps its weight x F
+(``w``).  That set is fixed by the event, not by how far the region grows, so the
+rates are the weighted max-min of the network for those weights, however they were
+found.  It gives the embedded examples the first engine's traces (to 1e-13 s:
+``tests/data``); re-evaluating only the flows of the event (or, at an F mark, only
+the marking flow) would not: their iteration times move by 1-2 %.  An earlier version
+of this engine re-evaluated F for every flow of an F mark's contention component, and
+so solved that whole component at every F mark: some 550 rates an event with the
+cluster bench's random placement, against about 25 now.  A rebuilt state
+(:func:`carry_over`) recomputes the carried flows' rates with the F they had.
 
 All state lives in numpy arrays (:class:`EngineState`) so that a run can be advanced
 in slices of simulated time (:func:`advance_until`): progress reports between slices,
@@ -80,7 +102,18 @@ def _user_cache() -> Path | None:
 if not numba.config.CACHE_DIR:
     numba.config.CACHE_DIR = cache_dir(Path(__file__).parent, _user_cache()) or ""
 
-compiled_f = njit(cache=True)(f_float)      # the one F, compiled for the engine
+
+def _compiled(fn):  # type: ignore[no-untyped-def]
+    """``fn`` compiled for the engine: cached on disk, and without numba's reference
+    counting (``_nrt=False``, as numba's own allocation-free helpers are built).  The
+    engine allocates nothing once a state exists; with counting on, every call of a
+    helper that takes arrays did an atomic increment and decrement per array, which
+    was three quarters of an event's time at cluster scale.  A helper that allocated
+    would fail to compile, not misbehave."""
+    return njit(cache=True, _nrt=False)(fn)
+
+
+compiled_f = _compiled(f_float)      # the one F, compiled for the engine
 
 # advance_until's outcome
 DONE, RUNNING, STUCK, TOO_MANY_EVENTS, JOB_DONE = 0, 1, 2, 3, 4
@@ -88,8 +121,11 @@ DONE, RUNNING, STUCK, TOO_MANY_EVENTS, JOB_DONE = 0, 1, 2, 3, 4
 # EngineState.counters
 _HEAP_SIZE, _EVENTS, _STAMP, _RECOMPUTED = 0, 1, 2, 3
 
-_REL_TOL = 1e-9
-_LOCAL_ROUNDS = 2     # growth rounds of a region before its whole component is solved
+_REL_TOL = 1e-9       # bytes left that count as none, relative to an iteration's bytes
+_CHECK_TOL = 1e-12    # a link this close to its capacity is full, a flow this close to a
+                      # link's top rate/weight has it (rounding, not modelling)
+_MAX_ROUNDS = 32      # growth rounds of a region before its whole component is solved
+_SCAN_LINKS = 96      # max-min finds the next link to fill by a scan up to this many links
 
 
 # --------------------------------------------------------------------------- state
@@ -128,7 +164,7 @@ class EngineState:
     phase_end: np.ndarray
     # state
     clock: np.ndarray             # [t]
-    counters: np.ndarray          # [heap size, events, BFS stamp, rates recomputed] int64
+    counters: np.ndarray          # [heap size, events, stamp, rates recomputed] int64
     rem: np.ndarray               # (F,) bytes left in the current phase
     sent: np.ndarray              # (F,) bytes sent in the current iteration
     rate: np.ndarray              # (F,)
@@ -142,28 +178,34 @@ class EngineState:
     heap: np.ndarray              # (F+J,) int64 items: flow f, or job j as F + j
     heap_pos: np.ndarray          # (F+J,) int64, -1: not in the heap
     heap_key: np.ndarray          # (F+J,)
-    link_rate: np.ndarray         # (K,) sum of its flows' rates
+    link_rate: np.ndarray         # (K,) sum of its flows' rates (kept where sampled)
     link_tlast: np.ndarray        # (K,)
     bins: np.ndarray              # (K, B) payload bytes per sample interval
+    w: np.ndarray                 # (F,) weight x F, as last evaluated
+    level: np.ndarray             # (F,) rate / w: the fill level the flow froze at
+    bneck: np.ndarray             # (F,) int64 a link checked to be the flow's bottleneck
+                                  # (-1: none known)
+    refresh: np.ndarray           # (F,) bool: its next event only recomputes its rate
     # scratch for one event
-    flow_mark: np.ndarray         # (F,) int64 stamp
-    link_mark: np.ndarray         # (K,) int64 stamp
-    job_mark: np.ndarray          # (J,) int64 stamp
-    queue: np.ndarray             # (K,) int64 links to visit
-    comp: np.ndarray              # (F,) int64 flows of the component
-    jobs_todo: np.ndarray         # (2J+F,) int64 jobs whose phase may change
+    flow_mark: np.ndarray         # (F,) int64 stamp: in the region
+    link_mark: np.ndarray         # (K,) int64 stamp: a link of the region
+    seen: np.ndarray              # (F,) int64 stamp: queued or checked already
+    queue: np.ndarray             # (K,) int64 the region's links
+    comp: np.ndarray              # (F,) int64 the region's flows
+    kept: np.ndarray              # (F,) int64 flows whose rate is recomputed with their F kept
+    jobs_todo: np.ndarray         # (2J+2F+2,) int64 jobs and flows to look at
     left: np.ndarray              # (K,) max-min scratch
     wsum: np.ndarray              # (K,)
     unfrozen: np.ndarray          # (K,) int64
     frozen: np.ndarray            # (F,) bool
-    w: np.ndarray                 # (F,) weight x F at the flow's last rate
     resid: np.ndarray             # (K,) capacity left by the flows outside the region
     stat_mark: np.ndarray         # (K,) int64 stamp of the link statistics below
-    stat_load: np.ndarray         # (K,)
-    stat_norm: np.ndarray         # (K,)
+    stat_load: np.ndarray         # (K,) sum of its flows' rates
+    stat_norm: np.ndarray         # (K,) the top level of its flows
     lheap: np.ndarray             # (K,) int64 max-min's heap of links by fill level
+                                  # (or its list of links still open)
     lpos: np.ndarray              # (K,) int64
-    lkey: np.ndarray              # (K,)
+    lkey: np.ndarray              # (K,) a link's fill level
     lcount: np.ndarray            # (1,) int64
 
     @property
@@ -177,7 +219,7 @@ class EngineState:
     @property
     def recomputed(self) -> int:
         """Flow rates computed so far, all events together (the engine's work: the
-        contention components' sizes summed over the events)."""
+        regions' sizes summed over the events)."""
         return int(self.counters[_RECOMPUTED])
 
 
@@ -216,6 +258,9 @@ def new_state(flow_job: np.ndarray, flow_links: list[list[int]], capacity: np.nd
     def nan(*shape: int) -> np.ndarray:
         return np.full(shape, np.nan)
 
+    def ints(n: int, fill: int = 0) -> np.ndarray:
+        return np.full(max(n, 1), fill, dtype=np.int64)
+
     jit = np.zeros((n_jobs, n_iter))
     jit[:, :jitter.shape[1]] = jitter[:, :n_iter]
     n_items = n_flows + n_jobs
@@ -239,17 +284,17 @@ def new_state(flow_job: np.ndarray, flow_links: list[list[int]], capacity: np.nd
         communicating=np.zeros(n_jobs, dtype=np.bool_), busy=np.zeros(n_jobs, dtype=np.int64),
         heap=np.zeros(n_items, dtype=np.int64), heap_pos=np.full(n_items, -1, dtype=np.int64),
         heap_key=np.full(n_items, np.inf), link_rate=np.zeros(n_links),
-        link_tlast=np.zeros(n_links), bins=np.zeros((n_links, 0)),
+        link_tlast=np.zeros(n_links), bins=np.zeros((n_links, 0)), w=np.ones(n_flows),
+        level=np.zeros(n_flows),
+        bneck=np.full(n_flows, -1, dtype=np.int64), refresh=np.zeros(n_flows, dtype=np.bool_),
         flow_mark=np.zeros(n_flows, dtype=np.int64), link_mark=np.zeros(n_links, dtype=np.int64),
-        job_mark=np.zeros(n_jobs, dtype=np.int64),
-        queue=np.zeros(max(n_links, 1), dtype=np.int64),
-        comp=np.zeros(max(n_flows, 1), dtype=np.int64),
-        jobs_todo=np.zeros(2 * n_jobs + n_flows + 1, dtype=np.int64),
+        seen=np.zeros(n_flows, dtype=np.int64),
+        queue=ints(n_links), comp=ints(n_flows), kept=ints(n_flows),
+        jobs_todo=ints(2 * n_jobs + 2 * n_flows + 2),
         left=np.zeros(n_links), wsum=np.zeros(n_links),
         unfrozen=np.zeros(n_links, dtype=np.int64), frozen=np.ones(n_flows, dtype=np.bool_),
-        w=np.ones(n_flows), resid=np.zeros(n_links),
-        stat_mark=np.zeros(n_links, dtype=np.int64), stat_load=np.zeros(n_links),
-        stat_norm=np.zeros(n_links), **_link_heap(n_links))
+        resid=np.zeros(n_links), stat_mark=np.zeros(n_links, dtype=np.int64),
+        stat_load=np.zeros(n_links), stat_norm=np.zeros(n_links), **_link_heap(n_links))
     begin = np.asarray(start, float) + st.phase_compute[:, 0] + st.jitter[:, 0]
     for j in np.flatnonzero(st.running):
         st.start[j, 0] = start[j]
@@ -290,10 +335,10 @@ def advance_until(st: EngineState, t_stop: float, max_events: int) -> int:
             st.end, st.phase_start, st.phase_end, st.clock, st.counters, st.rem, st.sent,
             st.rate, st.tlast, st.active, st.running, st.it, st.phase, st.communicating,
             st.busy, st.heap, st.heap_pos, st.heap_key, st.link_rate, st.link_tlast, st.bins,
-            st.flow_mark, st.link_mark, st.job_mark, st.queue, st.comp, st.jobs_todo,
-            st.left, st.wsum, st.unfrozen, st.frozen, st.w, st.resid, st.stat_mark,
-            st.stat_load, st.stat_norm, st.lheap, st.lpos, st.lkey, st.lcount,
-            float(horizon), int(max_events))
+            st.w, st.level, st.bneck, st.refresh, st.flow_mark, st.link_mark, st.seen, st.queue,
+            st.comp, st.kept, st.jobs_todo, st.left, st.wsum, st.unfrozen, st.frozen,
+            st.resid, st.stat_mark, st.stat_load, st.stat_norm, st.lheap, st.lpos, st.lkey,
+            st.lcount, float(horizon), int(max_events))
         if status != RUNNING or horizon >= t_stop:
             return status
 
@@ -308,8 +353,10 @@ def carry_over(old: EngineState, new: EngineState, pairs: list[tuple[int, int]],
     """Jobs that go on from ``old`` into ``new`` (a state made for another set of jobs,
     the same jobs' flows in the same order), at time ``t``: ``pairs`` = (job in old,
     job in new).  Each job's records, iteration, phase and compute deadline, each
-    flow's bytes left and sent (brought up to ``t``; ``old`` is consumed) move over; every
-    active flow gets an event at ``t``, so its rate is computed again there."""
+    flow's bytes left and sent (brought up to ``t``; ``old`` is consumed) and weight
+    x F move over; every active flow gets an event at ``t``, so its rate is computed
+    again there (with the F it had: a rebuild is no event of the flow's, and does not
+    re-evaluate F where a run without the rebuild would not have)."""
     n_old, n_new = len(old.flow_job), len(new.flow_job)
     new.clock[0] = t
     for jo, jn in pairs:
@@ -324,6 +371,7 @@ def carry_over(old: EngineState, new: EngineState, pairs: list[tuple[int, int]],
             if old.active[a]:
                 _bring(a, t, old.rem, old.sent, old.rate, old.tlast)
                 set_event(new, b, t)
+                new.refresh[b] = True
             new.rem[b], new.sent[b], new.active[b] = old.rem[a], old.sent[a], old.active[a]
             new.tlast[b], new.w[b] = t, old.w[a]
 
@@ -341,7 +389,7 @@ def finish_bins(st: EngineState) -> np.ndarray:
 def weighted_max_min(weights: np.ndarray, flow_links: list[list[int]],
                      capacity: np.ndarray) -> np.ndarray:
     """Rates of weighted max-min fairness over the whole network (flows with weight 0
-    get 0): the function the engine runs on each component, for tests and tools."""
+    get 0): the function the engine runs on each region, for tests and tools."""
     flow_ptr, links, link_ptr, link_flows = _csr(flow_links, len(capacity))
     n_flows = len(weights)
     comp = np.flatnonzero(np.asarray(weights) > 0).astype(np.int64)
@@ -350,7 +398,7 @@ def weighted_max_min(weights: np.ndarray, flow_links: list[list[int]],
     rate = np.zeros(n_flows)
     _max_min(comp, len(comp), link_list, len(link_list), np.asarray(weights, float),
              flow_ptr, links, link_ptr, link_flows, np.asarray(capacity, float), rate,
-             np.zeros(len(capacity)), np.zeros(len(capacity)),
+             np.zeros(n_flows), np.zeros(len(capacity)), np.zeros(len(capacity)),
              np.zeros(len(capacity), dtype=np.int64), np.ones(n_flows, dtype=np.bool_),
              *_link_heap(len(capacity)).values())
     return rate
@@ -359,14 +407,14 @@ def weighted_max_min(weights: np.ndarray, flow_links: list[list[int]],
 # --------------------------------------------------------------------------- heap
 
 
-@njit(cache=True)
+@_compiled
 def _heap_swap(heap, pos, a, b):  # type: ignore[no-untyped-def]
     ia, ib = heap[a], heap[b]
     heap[a], heap[b] = ib, ia
     pos[ib], pos[ia] = a, b
 
 
-@njit(cache=True)
+@_compiled
 def _heap_sift(heap, pos, key, size, i):  # type: ignore[no-untyped-def]
     while i > 0:                                      # up
         parent = (i - 1) // 2
@@ -388,7 +436,7 @@ def _heap_sift(heap, pos, key, size, i):  # type: ignore[no-untyped-def]
             break
 
 
-@njit(cache=True)
+@_compiled
 def _heap_set(heap, pos, key, counters, item, value):  # type: ignore[no-untyped-def]
     """Give ``item`` the key ``value`` (inf: take it out)."""
     size = counters[0]
@@ -417,17 +465,20 @@ def _heap_set(heap, pos, key, counters, item, value):  # type: ignore[no-untyped
 # --------------------------------------------------------------------------- rates
 
 
-@njit(cache=True)
+@_compiled
 def _max_min(comp, n_comp, links, n_links, w, flow_ptr, flow_links, link_ptr, link_flows,
-             capacity, rate, left, wsum, unfrozen, frozen, lheap, lpos, lkey,
+             capacity, rate, level, left, wsum, unfrozen, frozen, lheap, lpos, lkey,
              lcount):  # type: ignore[no-untyped-def]
     """Weighted max-min rates of the flows ``comp[:n_comp]`` over ``links[:n_links]``
     by progressive filling: every unfrozen flow's rate is w x the fill level; the link
     whose (capacity - frozen rates) / (unfrozen weight) is smallest fills first, its
-    flows freeze at that level; repeat.  The links wait in a min-heap by that level, so
-    a component of K links and nnz incidences costs O(nnz log K), not O(K^2).  Flows
-    outside the component must have ``frozen`` set (they are left as they are); the
-    component's flows are frozen again on return."""
+    flows freeze at that level; repeat.  Flows outside must have ``frozen`` set (they
+    are left as they are); the component's flows are frozen again on return.
+
+    The next link to fill is found by scanning the links still open where they are
+    few (a region of a few dozen links: cheaper than a heap's upkeep), from a min-heap
+    by level otherwise (a component of K links and nnz incidences costs O(nnz log K),
+    not O(K^2)).  Ties go to the link listed first either way."""
     for i in range(n_links):
         k = links[i]
         left[k] = capacity[k]
@@ -437,25 +488,95 @@ def _max_min(comp, n_comp, links, n_links, w, flow_ptr, flow_links, link_ptr, li
         f = comp[i]
         frozen[f] = False
         rate[f] = 0.0
+        level[f] = 0.0
         for p in range(flow_ptr[f], flow_ptr[f + 1]):
             k = flow_links[p]
             wsum[k] += w[f]
             unfrozen[k] += 1
+    if n_links <= _SCAN_LINKS:
+        _fill_scan(links, n_links, w, flow_ptr, flow_links, link_ptr, link_flows, rate, level,
+                   left, wsum, unfrozen, frozen, lheap, lkey)
+    else:
+        _fill_heap(links, n_links, w, flow_ptr, flow_links, link_ptr, link_flows, rate, level,
+                   left, wsum, unfrozen, frozen, lheap, lpos, lkey, lcount)
+    for i in range(n_comp):
+        frozen[comp[i]] = True
+
+
+@_compiled
+def _freeze(k, fill, w, flow_ptr, flow_links, link_ptr, link_flows, rate, level, left, wsum,
+            unfrozen, frozen, lkey):  # type: ignore[no-untyped-def]
+    """Link k fills at ``fill``: its unfrozen flows freeze at w x fill, their share
+    leaves their other links, whose levels (``lkey``) move."""
+    for p in range(link_ptr[k], link_ptr[k + 1]):
+        f = link_flows[p]
+        if frozen[f]:
+            continue
+        frozen[f] = True
+        r = w[f] * fill
+        rate[f] = r
+        level[f] = fill
+        for q in range(flow_ptr[f], flow_ptr[f + 1]):
+            k2 = flow_links[q]
+            left[k2] -= r
+            wsum[k2] -= w[f]
+            unfrozen[k2] -= 1
+            if unfrozen[k2] > 0:
+                lkey[k2] = max(left[k2], 0.0) / wsum[k2]
+
+
+@_compiled
+def _fill_scan(links, n_links, w, flow_ptr, flow_links, link_ptr, link_flows, rate, level,
+               left, wsum, unfrozen, frozen, open_, lkey):  # type: ignore[no-untyped-def]
+    n_open = 0
+    for i in range(n_links):
+        k = links[i]
+        if unfrozen[k] > 0:
+            open_[n_open] = k
+            n_open += 1
+            lkey[k] = max(left[k], 0.0) / wsum[k]
+    fill = 0.0
+    while n_open > 0:
+        best = -1
+        best_level = np.inf
+        n = 0
+        for i in range(n_open):                  # drop the links whose flows all froze
+            k = open_[i]
+            if unfrozen[k] == 0:
+                continue
+            open_[n] = k
+            if lkey[k] < best_level:
+                best_level = lkey[k]
+                best = n
+            n += 1
+        n_open = n
+        if n_open == 0:
+            break
+        fill = max(best_level, fill)             # never below the level reached (rounding)
+        _freeze(open_[best], fill, w, flow_ptr, flow_links, link_ptr, link_flows, rate,
+                level, left, wsum, unfrozen, frozen, lkey)
+
+
+@_compiled
+def _fill_heap(links, n_links, w, flow_ptr, flow_links, link_ptr, link_flows, rate, level,
+               left, wsum, unfrozen, frozen, lheap, lpos, lkey,
+               lcount):  # type: ignore[no-untyped-def]
     for i in range(n_links):
         k = links[i]
         if unfrozen[k] > 0:
             _heap_set(lheap, lpos, lkey, lcount, k, max(left[k], 0.0) / wsum[k])
     while lcount[0] > 0:
         k = lheap[0]
-        level = lkey[k]
+        fill = lkey[k]
         _heap_set(lheap, lpos, lkey, lcount, k, np.inf)
         for p in range(link_ptr[k], link_ptr[k + 1]):
             f = link_flows[p]
             if frozen[f]:
                 continue
             frozen[f] = True
-            r = w[f] * level
+            r = w[f] * fill
             rate[f] = r
+            level[f] = fill
             for q in range(flow_ptr[f], flow_ptr[f + 1]):
                 k2 = flow_links[q]
                 left[k2] -= r
@@ -467,15 +588,168 @@ def _max_min(comp, n_comp, links, n_links, w, flow_ptr, flow_links, link_ptr, li
                     _heap_set(lheap, lpos, lkey, lcount, k2, np.inf)
                 else:       # never below the level reached (rounding)
                     _heap_set(lheap, lpos, lkey, lcount, k2,
-                              max(max(left[k2], 0.0) / wsum[k2], level))
-    for i in range(n_comp):
-        frozen[comp[i]] = True
+                              max(max(left[k2], 0.0) / wsum[k2], fill))
+
+
+@_compiled
+def _residual(k, stamp, link_ptr, link_flows, capacity, active, flow_mark,
+              rate):  # type: ignore[no-untyped-def]
+    """Link k's capacity less the rates of its active flows outside the region."""
+    r = capacity[k]
+    for p in range(link_ptr[k], link_ptr[k + 1]):
+        g = link_flows[p]
+        if active[g] and flow_mark[g] != stamp:
+            r -= rate[g]
+    return r
+
+
+@_compiled
+def _bottlenecked_on(a, b, stamp, n_comp, comp, flow_ptr, flow_links, link_ptr, link_flows,
+                     active, flow_mark, bneck):  # type: ignore[no-untyped-def]
+    """The active flows outside the region whose bottleneck is a link of the region's
+    flows ``comp[a:b]`` join it (not brought to t yet): when those flows' rates move,
+    theirs move next.  Returns the region's new count of flows."""
+    for i in range(a, b):
+        h = comp[i]
+        for q in range(flow_ptr[h], flow_ptr[h + 1]):
+            k = flow_links[q]
+            for p in range(link_ptr[k], link_ptr[k + 1]):
+                g = link_flows[p]
+                if active[g] and flow_mark[g] != stamp and bneck[g] == k:
+                    flow_mark[g] = stamp
+                    comp[n_comp] = g
+                    n_comp += 1
+    return n_comp
+
+
+@_compiled
+def _settle(t, stamp, n_comp, n_queue, comp, queue, flow_ptr, flow_links, link_ptr,
+            link_flows, capacity, active, flow_mark, link_mark, seen, bneck, rem, sent,
+            rate, tlast, w, level, resid, left, wsum, unfrozen, frozen, lheap, lpos, lkey,
+            lcount, stat_mark, stat_load, stat_norm, counters):  # type: ignore[no-untyped-def]
+    """New rates for the region (flows ``comp[:n_comp]``, links ``queue[:n_queue]``),
+    the flows outside keeping theirs, the region grown until the allocation is the
+    weighted max-min one: every active flow has a bottleneck, a full link on which no
+    flow gets more per unit of weight (the allocation with that property is unique).
+
+    First the flows bottlenecked on the region's links join (the event moves them
+    first).  Per round: the region's max-min over what the flows outside leave; then
+    every flow on the region's links is checked, except a flow outside whose last
+    checked bottleneck (``bneck``) is not a region link (nothing on that link changed,
+    so it still is one).  A flow outside without a bottleneck joins the region; a flow
+    inside without one is outrun on a full link by flows outside, and those join; with
+    each joiner, the flows bottlenecked on its links.  A region still growing after
+    _MAX_ROUNDS rounds is solved as its whole contention component.  Returns the
+    region's final counts."""
+    n_resid = 0
+    rounds = 0
+    lo = 1.0 - _CHECK_TOL
+    n0 = n_comp
+    n_comp = _bottlenecked_on(0, n0, stamp, n_comp, comp, flow_ptr, flow_links, link_ptr,
+                              link_flows, active, flow_mark, bneck)
+    for i in range(n0, n_comp):
+        h = comp[i]
+        _bring(h, t, rem, sent, rate, tlast)
+        n_queue = _queue_links(h, stamp, flow_ptr, flow_links, link_mark, queue, n_queue)
+    while True:
+        for i in range(n_resid, n_queue):
+            k = queue[i]
+            resid[k] = _residual(k, stamp, link_ptr, link_flows, capacity, active,
+                                 flow_mark, rate)
+        n_resid = n_queue
+        _max_min(comp, n_comp, queue, n_queue, w, flow_ptr, flow_links, link_ptr,
+                 link_flows, resid, rate, level, left, wsum, unfrozen, frozen, lheap, lpos,
+                 lkey, lcount)
+        counters[_STAMP] += 1                    # fresh link statistics and checks
+        check = counters[_STAMP]
+        before = n_comp
+        for i in range(n_queue):
+            k = queue[i]
+            for p in range(link_ptr[k], link_ptr[k + 1]):
+                g = link_flows[p]
+                if not active[g] or seen[g] == check:
+                    continue
+                inside = flow_mark[g] == stamp
+                if not inside and bneck[g] >= 0 and link_mark[bneck[g]] != stamp:
+                    continue
+                seen[g] = check
+                mine = level[g]
+                found = -1
+                for q in range(flow_ptr[g], flow_ptr[g + 1]):
+                    k2 = flow_links[q]
+                    if stat_mark[k2] != check:   # the link's load and top rate/weight
+                        stat_mark[k2] = check
+                        load = 0.0
+                        norm = 0.0
+                        for p2 in range(link_ptr[k2], link_ptr[k2 + 1]):
+                            h = link_flows[p2]
+                            if active[h]:
+                                load += rate[h]
+                                if level[h] > norm:
+                                    norm = level[h]
+                        stat_load[k2] = load
+                        stat_norm[k2] = norm
+                    if stat_load[k2] >= capacity[k2] * lo and mine >= stat_norm[k2] * lo:
+                        found = k2
+                        break
+                if found >= 0:
+                    bneck[g] = found
+                    continue
+                if not inside:                   # joins (brought in below)
+                    flow_mark[g] = stamp
+                    comp[n_comp] = g
+                    n_comp += 1
+                    continue
+                for q in range(flow_ptr[g], flow_ptr[g + 1]):
+                    k2 = flow_links[q]
+                    if stat_mark[k2] != check or stat_load[k2] < capacity[k2] * lo:
+                        continue
+                    for p2 in range(link_ptr[k2], link_ptr[k2 + 1]):
+                        h = link_flows[p2]
+                        if active[h] and flow_mark[h] != stamp and level[h] * lo > mine:
+                            flow_mark[h] = stamp
+                            comp[n_comp] = h
+                            n_comp += 1
+        if n_comp == before:
+            return n_comp, n_queue
+        n_comp = _bottlenecked_on(before, n_comp, stamp, n_comp, comp, flow_ptr, flow_links,
+                                  link_ptr, link_flows, active, flow_mark, bneck)
+        for i in range(before, n_comp):          # the new members: brought to t, their
+            h = comp[i]                          # capacity handed back to the region
+            _bring(h, t, rem, sent, rate, tlast)
+            for q in range(flow_ptr[h], flow_ptr[h + 1]):
+                k = flow_links[q]
+                if link_mark[k] == stamp:
+                    resid[k] += rate[h]
+                else:
+                    link_mark[k] = stamp
+                    queue[n_queue] = k
+                    n_queue += 1
+        rounds += 1
+        if rounds < _MAX_ROUNDS:
+            continue
+        # Still growing: the change reaches far; solving the whole contention component
+        # at once costs less than checking again.  Its flows' bottlenecks are unknown.
+        n_comp, n_queue = _whole_component(t, stamp, n_comp, n_queue, comp, queue,
+                                           flow_ptr, flow_links, link_ptr, link_flows,
+                                           active, flow_mark, link_mark, rem, sent, rate,
+                                           tlast)
+        for i in range(n_queue):
+            k = queue[i]
+            resid[k] = _residual(k, stamp, link_ptr, link_flows, capacity, active,
+                                 flow_mark, rate)
+        _max_min(comp, n_comp, queue, n_queue, w, flow_ptr, flow_links, link_ptr,
+                 link_flows, resid, rate, level, left, wsum, unfrozen, frozen, lheap, lpos,
+                 lkey, lcount)
+        for i in range(n_comp):
+            bneck[comp[i]] = -1
+        return n_comp, n_queue
 
 
 # --------------------------------------------------------------------------- samples
 
 
-@njit(cache=True)
+@_compiled
 def _flush_link(link_rate, link_tlast, bins, k, t, sample_s):  # type: ignore[no-untyped-def]
     """Add link k's bytes from its last rate change to t into its sample bins (bin i
     holds (i s, (i+1) s])."""
@@ -497,7 +771,7 @@ def _flush_link(link_rate, link_tlast, bins, k, t, sample_s):  # type: ignore[no
         i += 1
 
 
-@njit(cache=True)
+@_compiled
 def _flush_all(link_rate, link_tlast, bins, t, sample_s):  # type: ignore[no-untyped-def]
     if sample_s <= 0.0:
         return
@@ -508,7 +782,7 @@ def _flush_all(link_rate, link_tlast, bins, t, sample_s):  # type: ignore[no-unt
 # --------------------------------------------------------------------------- events
 
 
-@njit(cache=True)
+@_compiled
 def _bring(f, t, rem, sent, rate, tlast):  # type: ignore[no-untyped-def]
     """Flow f's progress up to t at its current rate."""
     d = rate[f] * (t - tlast[f])
@@ -518,50 +792,14 @@ def _bring(f, t, rem, sent, rate, tlast):  # type: ignore[no-untyped-def]
     tlast[f] = t
 
 
-@njit(cache=True)
+@_compiled
 def _delivered(left, nbytes):  # type: ignore[no-untyped-def]
     """``left`` bytes of a flow of ``nbytes`` per iteration are nothing left (to a
     tolerance of 1e-9 of an iteration's bytes)."""
     return left <= nbytes * _REL_TOL + 1e-6
 
 
-@njit(cache=True)
-def _link_stats(k, stamp, link_ptr, link_flows, active, rate, w, stat_mark, stat_load,
-                stat_norm):  # type: ignore[no-untyped-def]
-    """Link k's load and the highest rate/weight of its active flows (memoised per
-    ``stamp``)."""
-    if stat_mark[k] == stamp:
-        return
-    stat_mark[k] = stamp
-    load = 0.0
-    norm = 0.0
-    for p in range(link_ptr[k], link_ptr[k + 1]):
-        g = link_flows[p]
-        if active[g]:
-            load += rate[g]
-            nm = rate[g] / w[g]
-            if nm > norm:
-                norm = nm
-    stat_load[k] = load
-    stat_norm[k] = norm
-
-
-@njit(cache=True)
-def _bottlenecked(g, stamp, flow_ptr, flow_links, link_ptr, link_flows, capacity, active,
-                  rate, w, stat_mark, stat_load, stat_norm):  # type: ignore[no-untyped-def]
-    """Whether flow g has a bottleneck: a full link on which no flow gets more per unit
-    of weight.  An allocation where every flow has one is the weighted max-min one."""
-    mine = rate[g] / w[g]
-    for p in range(flow_ptr[g], flow_ptr[g + 1]):
-        k = flow_links[p]
-        _link_stats(k, stamp, link_ptr, link_flows, active, rate, w, stat_mark, stat_load,
-                    stat_norm)
-        if stat_load[k] >= capacity[k] * (1.0 - 1e-9) and mine >= stat_norm[k] * (1.0 - 1e-9):
-            return True
-    return False
-
-
-@njit(cache=True)
+@_compiled
 def _queue_links(f, stamp, flow_ptr, flow_links, link_mark, queue,
                  n_queue):  # type: ignore[no-untyped-def]
     """Flow f's links not yet in the region join its queue; returns the queue's length."""
@@ -574,7 +812,7 @@ def _queue_links(f, stamp, flow_ptr, flow_links, link_mark, queue,
     return n_queue
 
 
-@njit(cache=True)
+@_compiled
 def _whole_component(t, stamp, n_comp, n_queue, comp, queue, flow_ptr, flow_links, link_ptr,
                      link_flows, active, flow_mark, link_mark, rem, sent, rate,
                      tlast):  # type: ignore[no-untyped-def]
@@ -598,25 +836,28 @@ def _whole_component(t, stamp, n_comp, n_queue, comp, queue, flow_ptr, flow_link
     return n_comp, n_queue
 
 
-@njit(cache=True)
+@_compiled
 def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capacity,
              flow_bytes, weight, phase_fraction, phase_compute, iterations, jitter, params,
              rec_start, rec_comm_start, rec_comm_end, rec_end, rec_phase_start,
              rec_phase_end, clock, counters, rem, sent, rate, tlast, active, running, it,
              phase, communicating, busy, heap, heap_pos, heap_key, link_rate, link_tlast,
-             bins, flow_mark, link_mark, job_mark, queue, comp, jobs_todo, left, wsum,
-             unfrozen, frozen, w, resid, stat_mark, stat_load, stat_norm, lheap, lpos, lkey,
-             lcount, t_stop,
+             bins, w, level, bneck, refresh, flow_mark, link_mark, seen, queue, comp, kept,
+             jobs_todo, left, wsum, unfrozen, frozen, resid, stat_mark, stat_load,
+             stat_norm, lheap, lpos, lkey, lcount, t_stop,
              max_events):  # type: ignore[no-untyped-def]
-    """Events up to t_stop.  Per event: the jobs and flows it concerns change state;
-    the flows whose rates it changes are found by growing a region from the event's
-    jobs (the flows' rates outside stay fixed, their capacity taken) until every flow on
-    the region's links has a bottleneck again; only those get new rates and events."""
+    """Events up to t_stop.  Per event: the flows and jobs it concerns change state
+    (a flow delivers its bytes or reaches an F mark, a job's compute ends and its flows
+    start); those flows form the region, with (MLTCP) the active flows that share a
+    link with them, whose F is re-evaluated; the region is grown until the allocation
+    is the weighted max-min one again (:func:`_settle`), and only its flows get new
+    rates and events."""
     slope, intercept, cap = params[0], params[1], params[2]
     f_steps = int(params[3])
     sample_s = params[4]
     mltcp = slope != 0.0 or intercept != 1.0
     n_flows = flow_job.shape[0]
+    n_jobs = job_ptr.shape[0] - 1
     n_phases = phase_compute.shape[1]
     n_jit = jitter.shape[1]
     t = clock[0]
@@ -639,53 +880,52 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
         counters[_STAMP] += 1
         stamp = counters[_STAMP]
         n_queue = 0          # the region's links (and the links of flows that stopped)
-        n_todo = 0           # jobs to look at (job j, or n_jobs + j: join its flows)
+        n_todo = 0           # to look at: job j, or flow f as n_jobs + f
         n_comp = 0           # the region's flows
-        n_jobs = job_ptr.shape[0] - 1
-        reweighted = False
+        n_kept = 0           # flows whose rate is recomputed with their F as it is
+        n_scanned = 0
         job_done = False
-        # Every item due now: flows (a finish or an F mark) and jobs (compute ends).
+        # Every item due now: flows (a finish, an F mark, or a recomputation after a
+        # rebuild) and jobs (compute ends).
         while counters[_HEAP_SIZE] > 0 and heap_key[heap[0]] <= due:
             item = heap[0]
             _heap_set(heap, heap_pos, heap_key, counters, item, np.inf)
-            if item < n_flows:
-                jobs_todo[n_todo] = n_jobs + flow_job[item]
-                if not _delivered(rem[item] - rate[item] * (t - tlast[item]),
-                                  flow_bytes[item]):
-                    reweighted = True            # an F mark, not a finish
-            else:
-                jobs_todo[n_todo] = item - n_flows
+            jobs_todo[n_todo] = n_jobs + item if item < n_flows else item - n_flows
             n_todo += 1
         while True:
             while n_todo > 0:
                 n_todo -= 1
                 j = jobs_todo[n_todo]
                 if j >= n_jobs:
-                    # The job's active flows join the region: brought to t; a flow that has
-                    # delivered its bytes stops (its links keep a place in the region: its
-                    # capacity is handed out) and the job looks at its barrier.
-                    j -= n_jobs
-                    if job_mark[j] == stamp:
+                    # A flow: brought to t; it stops if it has delivered its bytes (its
+                    # links join the region: its capacity is handed out, and its job
+                    # looks at its barrier), else it is at an F mark and joins.
+                    f = j - n_jobs
+                    if not active[f] or flow_mark[f] == stamp:
                         continue
-                    job_mark[j] = stamp
-                    for f in range(job_ptr[j], job_ptr[j + 1]):
-                        if not active[f] or flow_mark[f] == stamp:
-                            continue
+                    _bring(f, t, rem, sent, rate, tlast)
+                    if _delivered(rem[f], flow_bytes[f]):
                         flow_mark[f] = stamp
-                        _bring(f, t, rem, sent, rate, tlast)
-                        n_queue = _queue_links(f, stamp, flow_ptr, flow_links, link_mark, queue,
-                                               n_queue)
-                        if _delivered(rem[f], flow_bytes[f]):
-                            rem[f] = 0.0
-                            active[f] = False
-                            rate[f] = 0.0
-                            _heap_set(heap, heap_pos, heap_key, counters, f, np.inf)
-                            busy[j] -= 1
-                        else:
-                            comp[n_comp] = f
-                            n_comp += 1
-                    jobs_todo[n_todo] = j
-                    n_todo += 1
+                        n_queue = _queue_links(f, stamp, flow_ptr, flow_links, link_mark,
+                                               queue, n_queue)
+                        refresh[f] = False
+                        rem[f] = 0.0
+                        active[f] = False
+                        rate[f] = 0.0
+                        _heap_set(heap, heap_pos, heap_key, counters, f, np.inf)
+                        busy[flow_job[f]] -= 1
+                        jobs_todo[n_todo] = flow_job[f]
+                        n_todo += 1
+                    elif refresh[f]:              # carried over: F as it was
+                        refresh[f] = False
+                        kept[n_kept] = f
+                        n_kept += 1
+                    else:
+                        flow_mark[f] = stamp
+                        n_queue = _queue_links(f, stamp, flow_ptr, flow_links, link_mark,
+                                               queue, n_queue)
+                        comp[n_comp] = f
+                        n_comp += 1
                     continue
                 if communicating[j] and busy[j] == 0:
                     # Barrier: the phase is over; the next phase or iteration computes.
@@ -747,86 +987,54 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
                     n_todo += 1
             # Flows on the region's links that deliver their last bytes now too (to the
             # tolerance) stop in this event, not a fraction of a nanosecond later.
-            for i in range(n_queue):
+            for i in range(n_scanned, n_queue):
                 k = queue[i]
                 for p in range(link_ptr[k], link_ptr[k + 1]):
                     g = link_flows[p]
-                    if active[g] and flow_mark[g] != stamp and _delivered(
-                            rem[g] - rate[g] * (t - tlast[g]), flow_bytes[g]):
-                        jobs_todo[n_todo] = n_jobs + flow_job[g]
+                    if active[g] and flow_mark[g] != stamp and seen[g] != stamp and \
+                            _delivered(rem[g] - rate[g] * (t - tlast[g]), flow_bytes[g]):
+                        seen[g] = stamp
+                        jobs_todo[n_todo] = n_jobs + g
                         n_todo += 1
+            n_scanned = n_queue
             if n_todo == 0:
                 break
-        # Rates for the region, grown until every flow on its links has a bottleneck.
-        evaluated = 0
-        rounds = 0
-        whole = reweighted
-        if whole:      # an F step on a shared link moves every rate of its component
-            n_comp, n_queue = _whole_component(t, stamp, n_comp, n_queue, comp, queue,
-                                               flow_ptr, flow_links, link_ptr, link_flows,
-                                               active, flow_mark, link_mark, rem, sent,
-                                               rate, tlast)
-        while True:
-            for i in range(evaluated, n_comp):
-                f = comp[i]
-                f_now = compiled_f(sent[f] / flow_bytes[f] if flow_bytes[f] > 0 else 0.0,
-                                   slope, intercept, cap)
-                w[f] = f_now * weight[f]
-            evaluated = n_comp
-            for i in range(n_queue):             # capacity the fixed flows leave
-                k = queue[i]
-                r = capacity[k]
-                for p in range(link_ptr[k], link_ptr[k + 1]):
-                    g = link_flows[p]
-                    if active[g] and flow_mark[g] != stamp:
-                        r -= rate[g]
-                resid[k] = r if r > 0.0 else 0.0
-            _max_min(comp, n_comp, queue, n_queue, w, flow_ptr, flow_links, link_ptr,
-                     link_flows, resid, rate, left, wsum, unfrozen, frozen, lheap, lpos,
-                     lkey, lcount)
-            if whole:
-                break
-            counters[_STAMP] += 1                # fresh link statistics
-            check = counters[_STAMP]
-            grown = False
+        if mltcp:
+            # The active flows that share a link with the event's flows: their
+            # competition changed, and their F is re-evaluated with the event's.
             for i in range(n_queue):
                 k = queue[i]
                 for p in range(link_ptr[k], link_ptr[k + 1]):
-                    g = link_flows[p]
-                    if not active[g] or _bottlenecked(
-                            g, check, flow_ptr, flow_links, link_ptr, link_flows, capacity,
-                            active, rate, w, stat_mark, stat_load, stat_norm):
-                        continue
-                    # g has no bottleneck: the flows on its links join the region.
-                    for q in range(flow_ptr[g], flow_ptr[g + 1]):
-                        k2 = flow_links[q]
-                        for p2 in range(link_ptr[k2], link_ptr[k2 + 1]):
-                            h = link_flows[p2]
-                            if active[h] and flow_mark[h] != stamp:
-                                flow_mark[h] = stamp
-                                _bring(h, t, rem, sent, rate, tlast)
-                                comp[n_comp] = h
-                                n_comp += 1
-                                grown = True
-                                n_queue = _queue_links(h, stamp, flow_ptr, flow_links,
-                                                       link_mark, queue, n_queue)
-            if not grown:
-                break
-            rounds += 1
-            if rounds < _LOCAL_ROUNDS:
-                continue
-            # Still growing: the change reaches far.  Checking again would cost more
-            # than solving the whole contention component at once.
-            whole = True
-            n_comp, n_queue = _whole_component(t, stamp, n_comp, n_queue, comp, queue,
-                                               flow_ptr, flow_links, link_ptr, link_flows,
-                                               active, flow_mark, link_mark, rem, sent,
-                                               rate, tlast)
+                    h = link_flows[p]
+                    if active[h] and flow_mark[h] != stamp:
+                        flow_mark[h] = stamp
+                        _bring(h, t, rem, sent, rate, tlast)
+                        comp[n_comp] = h
+                        n_comp += 1
+        for i in range(n_comp):
+            f = comp[i]
+            w[f] = weight[f] * compiled_f(sent[f] / flow_bytes[f] if flow_bytes[f] > 0
+                                          else 0.0, slope, intercept, cap)
+        for i in range(n_comp):      # the neighbours' links, after the loop above
+            n_queue = _queue_links(comp[i], stamp, flow_ptr, flow_links, link_mark, queue,
+                                   n_queue)
+        for i in range(n_kept):
+            f = kept[i]
+            if active[f] and flow_mark[f] != stamp:
+                flow_mark[f] = stamp
+                comp[n_comp] = f
+                n_comp += 1
+                n_queue = _queue_links(f, stamp, flow_ptr, flow_links, link_mark, queue,
+                                       n_queue)
+        n_comp, n_queue = _settle(t, stamp, n_comp, n_queue, comp, queue, flow_ptr,
+                                  flow_links, link_ptr, link_flows, capacity, active,
+                                  flow_mark, link_mark, seen, bneck, rem, sent, rate, tlast,
+                                  w, level, resid, left, wsum, unfrozen, frozen, lheap, lpos,
+                                  lkey, lcount, stat_mark, stat_load, stat_norm, counters)
         counters[_RECOMPUTED] += n_comp
-        for i in range(n_queue):
+        for i in range(n_queue if sample_s > 0.0 else 0):   # (only samples use them)
             k = queue[i]
-            if sample_s > 0.0:
-                _flush_link(link_rate, link_tlast, bins, k, t, sample_s)
+            _flush_link(link_rate, link_tlast, bins, k, t, sample_s)
             total = 0.0
             for p in range(link_ptr[k], link_ptr[k + 1]):
                 f = link_flows[p]
