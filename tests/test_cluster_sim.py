@@ -160,3 +160,28 @@ def test_a_job_alone_has_slowdown_one_and_source_routes_are_honoured() -> None:
     res = ClusterSim(fabric, [_req("x", 0.0, 8)], scheduler("fifo/first_fit", fabric),
                      Network()).run()
     assert res.jobs[0].slowdown == pytest.approx(1.0, rel=1e-9)
+
+
+def test_a_ring_of_records_ends_every_job_where_full_records_do() -> None:
+    # The simulator keeps a ring of each job's last 2 iterations' records; the run must be
+    # the one that keeps them all, and the ring must hold the latest iterations.
+    from mltcp.lab.cluster.placement import spread
+
+    rng, free = random.Random(5), np.full(FABRIC.servers, FABRIC.gpus_per_server)
+    jobs = []
+    for i in range(4):
+        where = spread(FABRIC, free, 4, rng)
+        for s, n in where:
+            free[s] -= n
+        jobs.append(PlacedJob(f"j{i}", where, 0.05 + 0.01 * i, 30e6, 7 + 2 * i))
+    for f in (None, Aggressiveness(4.0, 1.0)):
+        full, ring = engine_state(FABRIC, jobs, f), engine_state(FABRIC, jobs, f, ring=2)
+        for st in (full, ring):
+            assert fluid_engine.advance_until(st, np.inf, 10**7) == fluid_engine.DONE
+        assert ring.end.shape[1] == 2
+        for j, job in enumerate(jobs):
+            for k in (job.iterations - 2, job.iterations - 1):
+                c = fluid_engine.column(ring, k)
+                assert ring.end[j, c] == full.end[j, k]
+                assert ring.start[j, c] == full.start[j, k]
+                assert ring.comm_start[j, c] == full.comm_start[j, k]

@@ -108,11 +108,13 @@ class PlacedJob:
 
 def engine_state(fabric: LeafSpine, jobs: Sequence[PlacedJob], f: Aggressiveness | None,
                  seed: int = 0, f_steps: int = 8, sample_s: float = 0.0, n_iter: int = 0,
+                 ring: int = 0,
                  stop_on_job_done: bool = False,
                  job_weights: Sequence[float] | None = None) -> fluid_engine.EngineState:
     """The fluid engine's state for ``jobs`` on ``fabric`` at time 0: standard
     congestion control (max-min fair) when ``f`` is None, MLTCP's F otherwise (the
-    last two arguments as :func:`mltcp.lab.models.fluid_engine.new_state` takes them);
+    arguments from ``n_iter`` on as :func:`mltcp.lab.models.fluid_engine.new_state` takes
+    them);
     ``job_weights``: each job's flows' weight in the weighted max-min (1 by default: a
     network that prioritises some jobs gives them more)."""
     flow_job: list[int] = []
@@ -134,5 +136,5 @@ def engine_state(fabric: LeafSpine, jobs: Sequence[PlacedJob], f: Aggressiveness
         np.array([[job.compute_s] for job in jobs]).reshape(n_jobs, 1),
         np.array([job.iterations for job in jobs], dtype=np.int64),
         np.array([job.start_s for job in jobs]), np.zeros((n_jobs, 1)),
-        slope, intercept, cap, f_steps, sample_s, n_iter=n_iter,
+        slope, intercept, cap, f_steps, sample_s, n_iter=n_iter, ring=ring,
         stop_on_job_done=stop_on_job_done)

@@ -33,6 +33,10 @@ from mltcp.lab.cluster.scheduler import (
 )
 from mltcp.lab.models import fluid_engine
 
+# The engine keeps each running job's last iterations' records only (a ring): the
+# simulator reads a job's latest iteration time and its last iteration's end.
+RECORDS = 2
+
 __all__ = ["ClusterResult", "ClusterSim", "JobOutcome", "JobRequest", "poisson_arrivals"]
 
 
@@ -160,7 +164,6 @@ class _Run:
     def __init__(self, sim: ClusterSim) -> None:
         self.sim, self.fabric = sim, sim.fabric
         self.free = np.full(sim.fabric.servers, sim.fabric.gpus_per_server)
-        self.n_iter = max((r.iterations for r in sim.requests), default=1)
         self.arrivals = list(sim.requests)
         self.queue: list[QueuedJob] = []
         self.segments: list[_Segment] = []
@@ -187,7 +190,7 @@ class _Run:
         if segments:
             now = self._running_of(segments)
             new = engine_state(self.fabric, [s.job for s in segments], sim.network.f,
-                               sim.seed, sim.f_steps, n_iter=self.n_iter,
+                               sim.seed, sim.f_steps, ring=RECORDS,
                                stop_on_job_done=True,
                                job_weights=sim.network.job_weights(now, self.t))
             if self.st is not None:
@@ -213,7 +216,8 @@ class _Run:
             if i is not None and self.st is not None:
                 done = int(self.st.it[i])
                 if done:
-                    it_s = float(self.st.end[i, done - 1] - self.st.start[i, done - 1])
+                    c = fluid_engine.column(self.st, done - 1)
+                    it_s = float(self.st.end[i, c] - self.st.start[i, c])
             held = (self.t - seg.job.start_s) * seg.job.gpu_count
             out.append(RunningJob(seg.job, seg.request, seg.done_before + int(done),
                                   seg.attained_before + held, it_s))
@@ -238,7 +242,7 @@ class _Run:
             self.free[server] += n
         end = self.t
         if not preempted:
-            end = float(self.st.end[i, seg.job.iterations - 1])
+            end = float(self.st.end[i, fluid_engine.column(self.st, seg.job.iterations - 1)])
         rec.held_s += end - seg.job.start_s
         if preempted:
             rec.preemptions += 1
@@ -278,20 +282,21 @@ class _Run:
         st, network = self.st, self.sim.network
         if st is None or type(network).delays is Network.delays:
             return
-        n_flows, last = len(st.flow_job), st.jitter.shape[1] - 1
+        n_flows = len(st.flow_job)
         comm = np.full(len(self.segments), np.nan)
         for j in np.flatnonzero(st.running):
             i = int(st.it[j])
             comm[j] = st.heap_key[n_flows + j] if st.heap_pos[n_flows + j] >= 0 else \
-                st.comm_start[j, i] + st.jitter[j, min(i + 1, last)]
+                st.comm_start[j, fluid_engine.column(st, i)] + \
+                st.jitter[j, fluid_engine.column(st, i + 1)]
         delays = network.delays(self.fabric, self.sim.seed, self._running(), comm, self.t)
         for j, hold in enumerate(delays or ()):
             if not hold > 0 or not st.running[j]:
                 continue
             if st.heap_pos[n_flows + j] >= 0:
                 fluid_engine.set_event(st, n_flows + j, float(st.heap_key[n_flows + j]) + hold)
-            elif st.it[j] < last:
-                st.jitter[j, st.it[j] + 1] += hold
+            else:
+                st.jitter[j, fluid_engine.column(st, int(st.it[j]) + 1)] += hold
 
     # -- the loop
 

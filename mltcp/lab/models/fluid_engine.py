@@ -241,13 +241,18 @@ def new_state(flow_job: np.ndarray, flow_links: list[list[int]], capacity: np.nd
               phase_compute: np.ndarray, iterations: np.ndarray, start: np.ndarray,
               jitter: np.ndarray, slope: float, intercept: float, cap: float,
               f_steps: int, sample_s: float, n_iter: int = 0,
-              stop_on_job_done: bool = False) -> EngineState:
+              stop_on_job_done: bool = False, ring: int = 0) -> EngineState:
     """A run at time 0: every job with iterations computes its first phase.
     ``n_iter``: records for this many iterations (at least the most any job runs);
     ``stop_on_job_done``: :func:`advance_until` returns JOB_DONE after the event in which
-    a job ran its last iteration (the cluster simulator schedules then)."""
+    a job ran its last iteration (the cluster simulator schedules then); ``ring`` > 0:
+    keep only the last ``ring`` iterations' records and extra compute (``jitter``),
+    iteration i in column ``i % ring`` (:func:`column`), an extra compute cleared once
+    used: the cluster simulator needs a job's latest iterations, and records for every
+    iteration of thousands of long jobs, rebuilt at every scheduling moment, were most of
+    its time and memory."""
     n_flows, n_links, n_jobs = len(flow_job), len(capacity), len(iterations)
-    n_iter = max(int(iterations.max(initial=0)), 1, n_iter)
+    n_iter = ring if ring > 0 else max(int(iterations.max(initial=0)), 1, n_iter)
     n_phases = phase_compute.shape[1]
     flow_job = np.asarray(flow_job, dtype=np.int64)
     if n_flows and (np.diff(flow_job) < 0).any():
@@ -271,8 +276,8 @@ def new_state(flow_job: np.ndarray, flow_links: list[list[int]], capacity: np.nd
         phase_fraction=np.asarray(phase_fraction, float),
         phase_compute=np.asarray(phase_compute, float),
         iterations=np.asarray(iterations, dtype=np.int64), jitter=jit,
-        params=np.array([slope, intercept, cap, f_steps, sample_s, float(stop_on_job_done)],
-                        dtype=float),
+        params=np.array([slope, intercept, cap, f_steps, sample_s, float(stop_on_job_done),
+                         float(ring > 0)], dtype=float),
         start=nan(n_jobs, n_iter), comm_start=nan(n_jobs, n_iter),
         comm_end=nan(n_jobs, n_iter), end=nan(n_jobs, n_iter),
         phase_start=nan(n_jobs, n_iter, n_phases), phase_end=nan(n_jobs, n_iter, n_phases),
@@ -300,6 +305,12 @@ def new_state(flow_job: np.ndarray, flow_links: list[list[int]], capacity: np.nd
         st.start[j, 0] = start[j]
         _heap_set(st.heap, st.heap_pos, st.heap_key, st.counters, n_flows + j, begin[j])
     return st
+
+
+def column(st: EngineState, i: int) -> int:
+    """The record column of iteration ``i`` (``i`` itself unless the state keeps a ring
+    of the last iterations)."""
+    return i % st.end.shape[1]
 
 
 def _link_heap(n_links: int) -> dict[str, np.ndarray]:
@@ -860,6 +871,8 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
     n_jobs = job_ptr.shape[0] - 1
     n_phases = phase_compute.shape[1]
     n_jit = jitter.shape[1]
+    ring = params[6] > 0.0          # records and jitter in columns i % their width
+    n_rec = rec_end.shape[1]
     t = clock[0]
     while True:
         if counters[_HEAP_SIZE] == 0:
@@ -931,10 +944,11 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
                     # Barrier: the phase is over; the next phase or iteration computes.
                     communicating[j] = False
                     i = it[j]
-                    rec_phase_end[j, i, phase[j]] = t
+                    c = i % n_rec
+                    rec_phase_end[j, c, phase[j]] = t
                     if phase[j] == n_phases - 1:
-                        rec_comm_end[j, i] = t
-                        rec_end[j, i] = t
+                        rec_comm_end[j, c] = t
+                        rec_end[j, c] = t
                         it[j] = i + 1
                         if it[j] >= iterations[j]:
                             running[j] = False
@@ -943,8 +957,20 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
                         for f in range(job_ptr[j], job_ptr[j + 1]):
                             sent[f] = 0.0            # a new iteration: bytes_ratio from 0
                         phase[j] = 0
-                        rec_start[j, i + 1] = t
-                        compute = phase_compute[j, 0] + jitter[j, min(i + 1, n_jit - 1)]
+                        c = (i + 1) % n_rec
+                        rec_start[j, c] = t
+                        rec_comm_start[j, c] = np.nan
+                        rec_comm_end[j, c] = np.nan
+                        rec_end[j, c] = np.nan
+                        for q in range(n_phases):
+                            rec_phase_start[j, c, q] = np.nan
+                            rec_phase_end[j, c, q] = np.nan
+                        if ring:
+                            cj = (i + 1) % n_jit
+                            compute = phase_compute[j, 0] + jitter[j, cj]
+                            jitter[j, cj] = 0.0
+                        else:
+                            compute = phase_compute[j, 0] + jitter[j, min(i + 1, n_jit - 1)]
                     else:
                         phase[j] += 1
                         compute = phase_compute[j, phase[j]]
@@ -959,10 +985,10 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
                     continue                         # still waiting for flows, or computing
                 # Its compute ended: the phase's communication starts.
                 communicating[j] = True
-                i = it[j]
+                c = it[j] % n_rec
                 if phase[j] == 0:
-                    rec_comm_start[j, i] = t
-                rec_phase_start[j, i, phase[j]] = t
+                    rec_comm_start[j, c] = t
+                rec_phase_start[j, c, phase[j]] = t
                 frac = phase_fraction[j, phase[j]]
                 for f in range(job_ptr[j], job_ptr[j + 1]):
                     r = flow_bytes[f] * frac
