@@ -273,3 +273,24 @@ def test_the_compiled_engine_finds_a_cache_directory_it_may_write(open_tmp: Path
     in_tree, user_wide, neither, no_home, uid = found
     assert in_tree is None and user_wide is None
     assert neither == no_home == str(Path(tempfile.gettempdir()) / f"mltcp-numba-{uid}")
+
+
+@pytest.mark.parametrize("slope", [0.0, 4.0])
+def test_a_remainder_shorter_than_the_clocks_resolution_still_finishes(slope: float) -> None:
+    # Ten hours into a cluster run a ring flow at 95 GB/s was left with a third of a
+    # byte: t + rem / rate == t, so its finish event came back at t with nothing moved
+    # and the engine spun forever (a vClos run of 300 jobs).  Posed here directly: one
+    # flow on one link, its remainder (and distance to its F mark) set below one ulp of
+    # the clock's worth of bytes.
+    t0 = 35251.0
+    st = fluid_engine.new_state(
+        np.array([0]), [[0]], np.array([9.56e10]), np.array([1e8]), np.ones(1),
+        np.ones((1, 1)), np.array([[0.1]]), np.array([2]), np.array([t0]), np.zeros((1, 1)),
+        slope, 1.0, np.inf, 8, 0.0)
+    assert fluid_engine.advance_until(st, t0 + 0.1, 10**4) == fluid_engine.RUNNING
+    assert st.active[0] and st.rate[0] > 0
+    st.rem[0] = 0.333
+    st.sent[0] = 1e8 - 0.333
+    fluid_engine.set_event(st, 0, st.t)
+    assert fluid_engine.advance_until(st, np.inf, 10**4) == fluid_engine.DONE
+    assert np.isfinite(st.end[0, 1])

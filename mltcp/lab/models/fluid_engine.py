@@ -1077,6 +1077,12 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
                     step = flow_bytes[f] / f_steps
                     mark = (math.floor(sent[f] / step + 1e-9) + 1.0) * step
                     key = min(key, t + (mark - sent[f]) / r)
+                if key <= t:
+                    # Hours into a run, a flow's last fraction of a byte (or of a step to
+                    # its F mark) can take less than the clock's resolution at t: the
+                    # event would come back at t with nothing moved, forever.  The next
+                    # representable instant moves it (rate x one ulp >= what is left).
+                    key = np.nextafter(t, np.inf)
             _heap_set(heap, heap_pos, heap_key, counters, f, key)
         if job_done and params[5] > 0.0:
             return JOB_DONE
