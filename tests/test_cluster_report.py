@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from mltcp.core.errors import SpecError
-from mltcp.lab.cluster import config, experiment, report
+from mltcp.lab.cluster import config, experiment, report, seed_setups
 from mltcp.lab.cluster.sim import ClusterResult, JobOutcome
 
 # a and b share server 1's NIC under first_fit (6 GPUs each on 4-GPU servers); b comes
@@ -316,3 +316,18 @@ def test_dask_runs_give_the_same_results_and_bring_back_a_workers_bad_input(
         with pytest.raises(SpecError) as err:
             experiment.execute(broken, scheduler=cluster.scheduler_address, progress=None)
         assert err.value.field == "scheduler" and "fifo/nowhere x fair" in err.value.problem
+
+
+def test_a_seed_setup_experiment_puts_the_seeds_figures_next_to_ours(tmp_path: Path) -> None:
+    cfg = config.parse_config({"name": "ada", "schedulers": ["ada-srsf"],
+                               "networks": ["ada-dual", "srsf-1"],
+                               "jobs": {"setup": {"name": "ada-srsf", "first": 3}}})
+    written = report.write(experiment.execute(cfg, progress=None), tmp_path)
+    figures = written["seed_figures"]
+    assert len(figures) == len(seed_setups.setup("ada-srsf").results)
+    cells = {(c["scheduler"], c["network"]): c for c in written["cells"]}
+    first = next(f for f in figures if (f["scheme"], f["baseline"], f["metric"])
+                 == ("Ada-SRSF", "SRSF(1)", "average JCT"))
+    mine, base = (cells["ada-srsf", n]["jct_mean_s"] for n in ("ada-dual", "srsf-1"))
+    assert first["ours_pct"] == pytest.approx(100 * (base - mine) / base)
+    assert "The seed's figures next to ours" in (tmp_path / "summary.md").read_text()

@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from mltcp.lab.cluster import seed_compare
+from mltcp.lab.cluster.config import SetupJobs
 from mltcp.lab.cluster.experiment import ExperimentResult, RunKey
 from mltcp.lab.cluster.sim import ClusterResult
 
@@ -45,6 +47,7 @@ METRICS: dict[str, str] = {
     "jct_mean_s": "job completion time (end - arrival), mean over jobs",
     "jct_p50_s": "JCT, 50th percentile",
     "jct_p90_s": "JCT, 90th percentile",
+    "jct_p95_s": "JCT, 95th percentile",
     "jct_p99_s": "JCT, 99th percentile",
     "jwt_mean_s": "job waiting time (start - arrival), mean over jobs",
     "makespan_s": "last end - first arrival",
@@ -90,7 +93,8 @@ def run_metrics(result: ClusterResult) -> dict[str, float | int | None]:
     slow = slowdown_summary(result)
     run = slowdown_summary(result, "run_slowdown")
     return {"jobs": len(result.jobs), "jct_mean_s": jct["mean"], "jct_p50_s": jct["p50"],
-            "jct_p90_s": jct["p90"], "jct_p99_s": jct["p99"], "jwt_mean_s": jwt_mean(result),
+            "jct_p90_s": jct["p90"], "jct_p95_s": jct["p95"], "jct_p99_s": jct["p99"],
+            "jwt_mean_s": jwt_mean(result),
             "makespan_s": result.makespan_s, "gpu_utilisation": result.gpu_utilisation(),
             "slowdown_mean": slow["mean"], "slowdown_p99": slow["p99"],
             "run_slowdown_mean": run["mean"], "run_slowdown_p99": run["p99"],
@@ -128,10 +132,15 @@ def build(result: ExperimentResult) -> dict[str, Any]:
             runs = [per_run[RunKey(sched, net, s)] for s in cfg.seeds]
             cells.append({"scheduler": sched, "network": net, "seeds": list(cfg.seeds),
                           **{m: _mean([r[m] for r in runs]) for m in METRICS}})
+    seed_figures = []
+    if isinstance(cfg.jobs, SetupJobs):
+        by_cell = {(c["scheduler"], c["network"]): c for c in cells}
+        seed_figures = [r.to_json() for r in seed_compare.rows(cfg.jobs.name, by_cell)]
     return {
         "schema": SCHEMA, "config": cfg.to_dict(), "provenance": provenance(),
         "metrics": METRICS, "cells": cells, "vs_fair": _vs_fair(cfg.schedulers, cfg.networks,
                                                                 cfg.seeds, cells, per_run),
+        "seed_figures": seed_figures,
         "runs": [{"scheduler": k.scheduler, "network": k.network, "seed": k.seed,
                   "metrics": per_run[k], "jobs": [_outcome(j) for j in res.jobs]}
                  for k, res in result.runs],
@@ -238,6 +247,10 @@ def markdown(report: dict[str, Any]) -> str:
         "JCT under each network scheme over JCT under fair sharing, same scheduler "
         "(< 1: faster than fair):", "",
         vs_fair_table(report), "",
+        *(["The seed's figures next to ours (improvement of the scheme over the baseline; "
+           "mltcp.lab.cluster.seed_compare says what maps onto what):", "",
+           seed_compare.table([seed_compare.Row(**r) for r in report["seed_figures"]]), ""]
+          if report.get("seed_figures") else []),
         f"git {prov.get('git_sha', '?')[:12]}{' (dirty)' if prov.get('git_dirty') else ''}, "
         f"{prov.get('time_utc', '')}", "",
         "![JCT CDF](jct_cdf.png) ![slowdown CDF](slowdown_cdf.png)", ""])

@@ -98,7 +98,8 @@ class ClusterResult:
     def jct_summary(self) -> dict[str, float]:
         jct = np.array([j.jct_s for j in self.jobs])
         return {"mean": float(jct.mean()), "p50": float(np.percentile(jct, 50)),
-                "p90": float(np.percentile(jct, 90)), "p99": float(np.percentile(jct, 99))}
+                "p90": float(np.percentile(jct, 90)), "p95": float(np.percentile(jct, 95)),
+                "p99": float(np.percentile(jct, 99))}
 
 
 def poisson_arrivals(n: int, jobs_per_hour: float, rng: random.Random,

@@ -1,0 +1,37 @@
+"""The seeds' figures next to ours: every figure a seed reports is listed, mapped onto
+the cells an experiment on its setup ran, with the improvement computed the same way."""
+
+from __future__ import annotations
+
+import pytest
+
+from mltcp.lab.cluster import seed_compare, seed_setups
+
+
+def _cells(values: dict[tuple[str, str], float], key: str = "jct_mean_s") -> dict:
+    return {cell: {key: v} for cell, v in values.items()}
+
+
+def test_every_seed_figure_is_listed_and_ours_is_the_same_improvement() -> None:
+    cells = _cells({("ada-srsf", "ada-dual"): 800.0, ("ada-srsf", "srsf-1"): 1000.0})
+    rows = seed_compare.rows("ada-srsf", cells)
+    assert len(rows) == len(seed_setups.setup("ada-srsf").results)
+    first = next(r for r in rows if (r.scheme, r.baseline, r.metric)
+                 == ("Ada-SRSF", "SRSF(1)", "average JCT"))
+    assert first.ours_pct == pytest.approx(20.0)              # 800 vs 1000 s: -20 %
+    assert first.seed_pct == pytest.approx(100 * (1374.84 - 1098.57) / 1374.84)
+    missing = next(r for r in rows if r.baseline == "SRSF(2)" and r.metric == "average JCT")
+    assert missing.ours_pct is None and "ada-srsf/srsf-2" in missing.ours
+
+
+def test_higher_is_better_and_unmodelled_figures_say_so() -> None:
+    cells = {("ada-srsf", "ada-dual"): {"gpu_utilisation": 0.6},
+             ("ada-srsf", "srsf-1"): {"gpu_utilisation": 0.5}}
+    util = next(r for r in seed_compare.rows("ada-srsf", cells)
+                if r.metric == "average GPU utilisation" and r.baseline == "SRSF(1)")
+    assert util.ours_pct == pytest.approx(20.0)               # a gain, not a reduction
+    pollux = [r for r in seed_compare.rows("cassini-poisson", {}) if r.baseline == "Pollux"]
+    assert pollux and all(r.ours.startswith("not modelled") and r.ours_pct is None
+                          for r in pollux)
+    table = seed_compare.table(seed_compare.rows("cassini-poisson", {}))
+    assert table.count("\n") == len(seed_setups.setup("cassini-poisson").results) + 1
