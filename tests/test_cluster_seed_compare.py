@@ -35,3 +35,14 @@ def test_higher_is_better_and_unmodelled_figures_say_so() -> None:
                           for r in pollux)
     table = seed_compare.table(seed_compare.rows("cassini-poisson", {}))
     assert table.count("\n") == len(seed_setups.setup("cassini-poisson").results) + 1
+
+
+def test_figures_of_another_experiment_of_the_seed_are_not_matched() -> None:
+    cells = {("cassini", "cassini"): {"run_slowdown_mean": 1.0},
+             ("fifo/first_fit", "fair"): {"run_slowdown_mean": 1.25}}
+    rows = [r for r in seed_compare.rows("cassini-poisson", cells)
+            if r.metric == "average iteration time" and r.baseline == "Themis"]
+    ours = [r for r in rows if r.ours_pct is not None]
+    assert len(ours) == 1 and ours[0].context.startswith("Poisson trace, data + model")
+    assert ours[0].ours_pct == pytest.approx(20.0)
+    assert all("another experiment" in r.ours for r in rows if r.ours_pct is None)
