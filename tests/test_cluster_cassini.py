@@ -304,9 +304,10 @@ def test_heterogeneous_periods_run_through_the_scheduler() -> None:
     assert job.name == "c" and where.gpus == ((2, 1), (5, 1))
 
 
-def test_a_cluster_run_with_cassini_finishes_every_job() -> None:
+@pytest.mark.parametrize("rails", [1, 2])
+def test_a_cluster_run_with_cassini_finishes_every_job(rails: int) -> None:
     fabric = LeafSpine(leaves=3, servers_per_leaf=2, spines=2, gpus_per_server=2,
-                       server_gbit=10, oversubscription=2)
+                       server_gbit=10 / rails, oversubscription=2, rails=rails)
     rng = random.Random(4)
     reqs = [JobRequest(f"j{i}", 0.5 * i, rng.choice([3, 4, 5]), rng.uniform(0.05, 0.2),
                        rng.uniform(0.02, 0.08) * RATE, rng.randint(20, 60))

@@ -109,3 +109,101 @@ def test_the_engine_runs_placed_jobs_contention_and_all() -> None:
             assert (times[:2, -1] > alone * 1.05).all()
         else:             # MLTCP slides them apart: each back to its time alone
             assert times[:2, -1] == pytest.approx([alone, alone], rel=1e-6)
+
+
+# -- several NICs a server (rails) --------------------------------------------------
+
+RAILS = LeafSpine(leaves=2, servers_per_leaf=2, spines=4, gpus_per_server=4,
+                  server_gbit=25, rails=4)
+
+
+def test_one_rail_keeps_every_index_and_name() -> None:
+    fab = LeafSpine(leaves=3, servers_per_leaf=2, spines=2)
+    assert fab.rails == 1 and fab.links == 2 * 6 + 2 * 3 * 2
+    assert [fab.nic_up(s) for s in range(6)] == list(range(6))
+    assert [fab.nic_down(s) for s in range(6)] == list(range(6, 12))
+    assert fab.leaf_up(2, 1) == 12 + 2 * 2 + 1 and fab.leaf_down(0, 1) == 12 + 6 + 1
+    assert fab.link_ids()[:2] == ["s0>leaf0", "s1>leaf0"]
+    ring = PlacedJob("r", ((0, 8), (3, 8)), 0.1, 90e6, 5)
+    # ECMP keys as before rails existed: the job's name and flow index
+    assert ring.flows(fab, 7) == [fab.path(0, 3, "r/0", 7), fab.path(3, 0, "r/1", 7)]
+    assert ring.flow_bytes(fab) == ring.ring_bytes()
+
+
+def test_rails_are_nics_of_their_own_and_fill_the_uplinks() -> None:
+    fab = RAILS
+    assert (fab.nics, fab.links) == (16, 2 * 16 + 2 * 2 * 4)
+    assert fab.nic_gbit == 100 and fab.uplink_gbit == pytest.approx(2 * 4 * 25 / 4)
+    cap = fab.capacities()
+    assert cap[fab.nic_up(3, 3)] == pytest.approx(25e9 / 8 * 1448 / 1514)
+    assert cap[fab.leaf_up(1, 3)] == pytest.approx(50e9 / 8 * 1448 / 1514)
+    assert fab.server_payload_bytes_s == pytest.approx(4 * cap[fab.nic_up(0)])
+    nics = {fab.nic_up(s, r) for s in range(4) for r in range(4)} | \
+        {fab.nic_down(s, r) for s in range(4) for r in range(4)}
+    assert nics == set(range(32)) and not any(fab.is_fabric_link(k) for k in nics)
+    assert fab.is_fabric_link(fab.leaf_up(0, 0))
+    ids = fab.link_ids()
+    assert len(ids) == fab.links == len(cap)
+    assert ids[fab.nic_up(2, 1)] == "s2r1>leaf1" and ids[fab.nic_down(2, 1)] == "leaf1>s2r1"
+    assert ids[fab.leaf_down(1, 3)] == "spine3>leaf1"
+    assert fab.path(0, 1, "x", rail=2) == [fab.nic_up(0, 2), fab.nic_down(1, 2)]
+    assert fab.path(0, 2, "x", spine=3, rail=1) == [
+        fab.nic_up(0, 1), fab.leaf_up(0, 3), fab.leaf_down(1, 3), fab.nic_down(2, 1)]
+    with pytest.raises(SpecError, match="rail"):
+        fab.path(0, 2, "x", rail=4)
+    with pytest.raises(SpecError, match="cluster.rails"):
+        LeafSpine(2, 2, 2, rails=0)
+
+
+def test_a_job_runs_one_ring_per_rail_each_hashed_on_its_own() -> None:
+    fab = RAILS
+    ring = PlacedJob("r", ((0, 4), (2, 4)), 0.1, 80e6, 5)
+    flows = ring.flows(fab)
+    assert len(flows) == 2 * 4                                # flow-major: hop, then rail
+    assert [f[0] for f in flows[:4]] == [fab.nic_up(0, r) for r in range(4)]
+    assert [f[-1] for f in flows[4:]] == [fab.nic_down(0, r) for r in range(4)]
+    assert ring.flow_bytes(fab) == pytest.approx(ring.ring_bytes() / 4)
+    # each rail hashes on its own key: over jobs, one hop's rails take different spines
+    spreads = {len({f[1] for f in PlacedJob(f"j{i}", ((0, 4), (2, 4)), 0.1, 80e6, 5)
+                    .flows(fab)[:4]}) for i in range(20)}
+    assert max(spreads) > 1 and min(spreads) < 4              # spread, and collisions
+    # source routes: one spine per (flow, rail)
+    routed = PlacedJob("s", ((0, 4), (2, 4)), 0.1, 80e6, 5, spines=(0, 1, 2, 3, 3, 2, 1, 0))
+    assert [f[1] for f in routed.flows(fab)] == [fab.leaf_up(0, p) for p in (0, 1, 2, 3)] + \
+        [fab.leaf_up(1, p) for p in (3, 2, 1, 0)]
+    # alone on rail-disjoint spines the ring runs at all 4 NICs' rate together
+    nic = fab.capacities()[fab.nic_up(0)]
+    assert routed.dedicated_iteration_s(fab) == pytest.approx(
+        0.1 + ring.ring_bytes() / (4 * nic))
+    # a job's own rails collide on a spine: its 50 Gbit/s uplink carries two 25 Gbit/s
+    # rails at full rate, four at half, and the slowest rail ends the iteration
+    two = PlacedJob("t", ((0, 4), (2, 4)), 0.1, 80e6, 5, spines=(0, 0, 1, 1, 2, 2, 3, 3))
+    four = PlacedJob("f", ((0, 4), (2, 4)), 0.1, 80e6, 5, spines=(0, 0, 0, 1) + (2,) * 4)
+    comm = routed.dedicated_iteration_s(fab) - 0.1
+    assert two.dedicated_iteration_s(fab) - 0.1 == pytest.approx(comm)
+    assert four.dedicated_iteration_s(fab) - 0.1 == pytest.approx(2 * comm)
+    with pytest.raises(SpecError, match=r"jobs\[s\].spines"):
+        PlacedJob("s", ((0, 4), (2, 4)), 0.1, 80e6, 5, spines=(0, 1, 2)).flows(fab)
+    with pytest.raises(SpecError, match=r"jobs\[s\].spines"):          # 2 per flow, not 4
+        PlacedJob("s", ((0, 4), (2, 4)), 0.1, 80e6, 5, spines=(0, 1, 2, 3)).flows(fab)
+    # the engine gets each rail's flow with its share of the bytes
+    st = engine_state(fab, [routed], None)
+    assert fluid_engine.advance_until(st, np.inf, 10**6) == fluid_engine.DONE
+    assert (st.end - st.start)[0] == pytest.approx(
+        np.full(5, routed.dedicated_iteration_s(fab)), rel=1e-9)
+
+
+def test_communication_is_priced_at_all_of_a_servers_rails() -> None:
+    from mltcp.lab.cluster.jobs import JobRequest
+    from mltcp.lab.cluster.lwf import comm_s_per_iteration
+    from mltcp.lab.cluster.orders import expected_iteration_s
+
+    four = LeafSpine(2, 2, 4, gpus_per_server=4, server_gbit=25, rails=4)
+    one = LeafSpine(2, 2, 4, gpus_per_server=4, server_gbit=100)
+    req = JobRequest("j", 0.0, 12, 0.1, 60e6, 10)
+    assert expected_iteration_s(req, four) == pytest.approx(expected_iteration_s(req, one))
+    assert expected_iteration_s(req, four) > 0.1
+    assert comm_s_per_iteration(four, 60e6, 3) == pytest.approx(
+        comm_s_per_iteration(one, 60e6, 3))
+    assert comm_s_per_iteration(four, 60e6, 3) == pytest.approx(
+        2 * 2 / 3 * 60e6 / (4 * four.capacities()[0]))

@@ -185,3 +185,17 @@ def test_a_ring_of_records_ends_every_job_where_full_records_do() -> None:
                 assert ring.end[j, c] == full.end[j, k]
                 assert ring.start[j, c] == full.start[j, k]
                 assert ring.comm_start[j, c] == full.comm_start[j, k]
+
+
+def test_rails_split_a_servers_traffic_without_changing_a_lone_jobs_time() -> None:
+    # Four 25 Gbit/s rails a server carry a lone ring as one 100 Gbit/s NIC does (under
+    # one leaf no spine can collide); the simulator runs every rail's flow.
+    reqs = [_req("a", 0.0, 8, compute=0.01), _req("b", 0.05, 4)]
+    ends = []
+    for fabric in (LeafSpine(1, 2, 1, gpus_per_server=4, server_gbit=100),
+                   LeafSpine(1, 2, 1, gpus_per_server=4, server_gbit=25, rails=4)):
+        res = ClusterSim(fabric, reqs, scheduler("fifo/first_fit", fabric), Network()).run()
+        a = next(j for j in res.jobs if j.name == "a")
+        assert a.servers == 2 and a.slowdown == pytest.approx(1.0, rel=1e-9)
+        ends.append([j.end_s for j in res.jobs])
+    assert ends[0] == pytest.approx(ends[1], rel=1e-9)

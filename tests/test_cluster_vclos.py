@@ -9,6 +9,7 @@ import random
 import numpy as np
 import pytest
 
+from mltcp.core.errors import SpecError
 from mltcp.lab.cluster.fabric import LeafSpine
 from mltcp.lab.cluster.jobs import JobRequest, PlacedJob
 from mltcp.lab.cluster.network import Network
@@ -53,7 +54,7 @@ def _view(fabric: LeafSpine, running: list[RunningJob], seed: int = 0) -> Cluste
 
 def _spine_links(fabric: LeafSpine, job: PlacedJob) -> list[int]:
     """The leaf-spine links of a job's flows, from the fabric's own paths."""
-    return [link for path in job.flows(fabric) for link in path if link >= 2 * fabric.servers]
+    return [link for path in job.flows(fabric) for link in path if fabric.is_fabric_link(link)]
 
 
 def _leaf_blocks(fabric: LeafSpine, servers: tuple[int, ...]) -> int:
@@ -63,12 +64,13 @@ def _leaf_blocks(fabric: LeafSpine, servers: tuple[int, ...]) -> int:
 
 
 def _hop(fabric: LeafSpine, running: list[RunningJob]) -> np.ndarray:
-    """hop[a, b]: some spine has a -> spine and spine -> b free of running jobs' flows."""
+    """hop[a, b]: a spine for each rail has a -> spine and spine -> b free of running
+    jobs' flows."""
     used = {link for r in running for link in _spine_links(fabric, r.job)}
     hop = np.zeros((fabric.leaves, fabric.leaves), dtype=bool)
     for a, b in itertools.permutations(range(fabric.leaves), 2):
-        hop[a, b] = any(fabric.leaf_up(a, p) not in used and fabric.leaf_down(b, p) not in used
-                        for p in range(fabric.spines))
+        hop[a, b] = sum(fabric.leaf_up(a, p) not in used and fabric.leaf_down(b, p) not in used
+                        for p in range(fabric.spines)) >= fabric.rails
     return hop
 
 
@@ -88,13 +90,15 @@ def _brute_force_ring_exists(fabric: LeafSpine, running: list[RunningJob], need:
 
 # Fewer spines than servers under a leaf: a leaf's links to the spines run out.
 ONE_SPINE = LeafSpine(leaves=4, servers_per_leaf=2, spines=1, gpus_per_server=4)
+# Two NICs a server: each hop needs two spines, and a leaf's three run out at once.
+TWO_RAILS = LeafSpine(leaves=4, servers_per_leaf=3, spines=3, gpus_per_server=4, rails=2)
 
 
 @pytest.mark.parametrize("place", [vclos_placement, ocs_vclos_placement])
 def test_random_mixes_never_share_a_leaf_spine_link_and_wait_only_when_they_must(
         place) -> None:
     checked_waits = 0
-    for fabric, trial in itertools.product((SMALL, ONE_SPINE), range(30)):
+    for fabric, trial in itertools.product((SMALL, ONE_SPINE, TWO_RAILS), range(30)):
         rng = random.Random(trial)
         running: list[RunningJob] = []
         for step in range(14):
@@ -126,9 +130,9 @@ def test_random_mixes_never_share_a_leaf_spine_link_and_wait_only_when_they_must
             others = {link for r in running for link in _spine_links(fabric, r.job)}
             assert not others & set(mine)
             nics = [link for path in job.flows(fabric) for link in path
-                    if link < 2 * fabric.servers]
+                    if not fabric.is_fabric_link(link)]
             other_nics = {link for r in running for path in r.job.flows(fabric)
-                          for link in path if link < 2 * fabric.servers}
+                          for link in path if not fabric.is_fabric_link(link)}
             assert len(nics) == len(set(nics)) and not other_nics & set(nics)
             running.append(_running(req, where))
     assert checked_waits > 0                # the mixes reach waits for links
@@ -300,3 +304,47 @@ def test_schedulers_are_fifo_and_named() -> None:
         assert sched.name == name and sched.blocking and not sched.preemptive
     big = cluster512()
     assert (big.gpus, big.uplink_gbit) == (512, pytest.approx(big.server_gbit))
+    assert (big.rails, big.spines, big.server_gbit) == (8, 32, 100.0)
+
+
+def test_reserving_schemes_refuse_fewer_spines_than_rails() -> None:
+    few = LeafSpine(leaves=2, servers_per_leaf=2, spines=2, gpus_per_server=4, rails=4)
+    for name in ("vclos", "ocs-vclos"):
+        with pytest.raises(SpecError, match="cluster.rails"):
+            SCHEDULERS[name](few)
+    assert SCHEDULERS["vclos-ecmp"](few).name == "vclos-ecmp"       # ECMP just collides
+
+
+def test_on_the_seeds_rails_vclos_isolates_every_rail_where_ecmp_collides() -> None:
+    # CLUSTER512: a 2-leaf job of 8 servers (64 GPUs) sends 8 rails out of each leaf over
+    # 32 spines.  vClos gives every rail a spine of its own, so the ring runs at its NICs'
+    # full rate; ECMP hashes 16 flows and usually lands two on one link (the birthday
+    # odds of 8 in 32 twice: about 0.15 of none).
+    fabric = cluster512()
+    req = _req("big", 64, nbytes=400e6)
+    full = _running(req, vclos_placement(_view(fabric, []), QueuedJob(req))).job
+    assert len({fabric.leaf_of(s) for s in full.servers}) == 2
+    mine = _spine_links(fabric, full)
+    assert len(mine) == 2 * 2 * fabric.rails and len(set(mine)) == len(mine)
+    alone = full.compute_s + full.ring_bytes() / fabric.server_payload_bytes_s
+    assert full.dedicated_iteration_s(fabric) == pytest.approx(alone, rel=1e-9)
+    collided = 0
+    for seed in range(8):
+        ecmp = PlacedJob(f"e{seed}", full.gpus, req.compute_s, req.gradient_bytes, 10)
+        comm = ecmp.dedicated_iteration_s(fabric, seed) - req.compute_s
+        assert comm >= (alone - req.compute_s) * (1 - 1e-9)
+        collided += comm > (alone - req.compute_s) * 1.5    # two rails on a link: half rate
+    assert collided >= 4
+    # a second such job: vClos and Balanced ECMP keep off the first one's links, source
+    # routing maps rail r of a leaf's k-th server to spine 8k + r
+    view = _view(fabric, [_running(req, Allocation(full.gpus, full.spines))])
+    second = _req("two", 64)
+    for place in (vclos_placement, balanced_ecmp_placement):
+        job = _running(second, place(view, QueuedJob(second))).job
+        assert not set(_spine_links(fabric, job)) & set(mine)
+    sr = source_routing_placement(view, QueuedJob(second))
+    servers = [s for s, _ in sr.gpus]
+    for i, s in enumerate(servers):
+        if fabric.leaf_of(s) != fabric.leaf_of(servers[(i + 1) % len(servers)]):
+            k = s % fabric.servers_per_leaf
+            assert sr.spines[i * 8:(i + 1) * 8] == tuple(range(8 * k, 8 * k + 8))

@@ -93,7 +93,7 @@ def traffic(job: PlacedJob, fabric: LeafSpine, seed: int = 0) -> Traffic:
     if not paths or job.ring_bytes() <= 0:
         return Traffic(job.name, job.compute_s, job.compute_s)
     rates = weighted_max_min(np.ones(len(paths)), paths, fabric.capacities())
-    nbytes = job.ring_bytes()
+    nbytes = job.flow_bytes(fabric)
     flows = tuple((tuple(links), nbytes / float(rate), float(rate) * 8 / 1e9)
                   for links, rate in zip(paths, rates, strict=True))
     return Traffic(job.name, job.compute_s,

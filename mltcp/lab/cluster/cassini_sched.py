@@ -81,7 +81,7 @@ def candidate_allocations(fabric: LeafSpine, free: np.ndarray, gpus: int,
     """Up to ``limit`` distinct placements of ``gpus`` GPUs on the free ones, in the base
     scheduler's order of preference: consolidated, first fit, first fit from each leaf,
     random; then the same with their ring flows on other spines.  Multi-server ones are
-    source-routed (flow i on spine ``(i + r) % spines``, variation r)."""
+    source-routed (flow i's rail q on spine ``(i x rails + q + r) % spines``, variation r)."""
     if free.sum() < gpus:
         return []
     sets: list[Placement] = []
@@ -109,7 +109,7 @@ def candidate_allocations(fabric: LeafSpine, free: np.ndarray, gpus: int,
             if variation and not crosses:
                 continue
             out.append(Allocation(where, tuple((i + variation) % fabric.spines
-                                               for i in range(len(where)))))
+                                               for i in range(len(where) * fabric.rails))))
     return out
 
 

@@ -58,7 +58,7 @@ from mltcp.lab.cluster.jobs import JobRequest
 TOP_KEYS = ("name", "description", "cluster", "jobs", "schedulers", "networks", "seeds",
             "f_steps")
 CLUSTER_KEYS = ("leaves", "servers_per_leaf", "spines", "gpus_per_server", "server_gbit",
-                "oversubscription", "mtu_bytes")
+                "oversubscription", "mtu_bytes", "rails")
 POISSON_KEYS = ("n", "jobs_per_hour", "load", "models", "gpus", "iterations", "seed")
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 DEFAULT_NETWORKS = ("fair", "mltcp")
@@ -337,7 +337,7 @@ def _poisson(value: object, field_: str, base_dir: Path, cluster: LeafSpine) -> 
     load = None
     if "load" in table:
         load = validate.number(table["load"], f"{field_}.load", 0, 10, "0.8", lo_open=True)
-        rate = traces.jobs_per_hour_for_load(load, cluster.gpus, mix, cluster.server_gbit,
+        rate = traces.jobs_per_hour_for_load(load, cluster.gpus, mix, cluster.nic_gbit,
                                              cluster.gpus_per_server)
     else:
         rate = validate.number(table["jobs_per_hour"], f"{field_}.jobs_per_hour", 0, 1e9,

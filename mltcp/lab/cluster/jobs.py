@@ -6,6 +6,11 @@ compute time here: it never touches the network); across servers the job runs a 
 over its servers, as NCCL's inter-node ring does: each server sends
 ``2 (m - 1) / m`` of the gradient bytes to the next of the job's ``m`` servers.  A job
 on one server has no network traffic at all; its iterations are its compute.
+
+On servers with several NICs (``LeafSpine.rails``) the job runs one ring per rail, as
+NCCL spreads its channels over rail-aligned NICs: rail ``r`` of each server sends to
+rail ``r`` of the next, each carrying ``1 / rails`` of the ring's bytes, and each rail's
+flow is hashed by ECMP on its own key, as a switch sees separate 5-tuples.
 """
 
 from __future__ import annotations
@@ -61,16 +66,21 @@ class PlacedJob:
     gradient_bytes: float                  # per iteration
     iterations: int
     start_s: float = 0.0
-    spines: tuple[int, ...] | None = None  # per ring flow (source routing); None: ECMP
+    # per (ring flow, rail), flow-major: flow i's rail r at i x rails + r (source
+    # routing); None: ECMP
+    spines: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         field = f"jobs[{self.name}]"
         if not self.gpus:
             raise SpecError(f"{field}.gpus", "is empty", "place the job on at least one GPU")
-        if self.spines is not None and len(self.gpus) > 1 and \
-                len(self.spines) != len(self.gpus):
+        # The rail count is the fabric's, known only in flows(); here a ring of m flows
+        # needs a multiple of m.
+        m = len(self.gpus)
+        if self.spines is not None and m > 1 and \
+                (not self.spines or len(self.spines) % m):
             raise SpecError(f"{field}.spines", f"has {len(self.spines)} entries for a ring of "
-                            f"{len(self.gpus)} flows", "give one spine per ring flow")
+                            f"{m} flows", "give one spine per ring flow and rail")
         check_costs(field, self.compute_s, self.gradient_bytes, self.iterations)
         validate.number(self.start_s, f"{field}.start_s", 0, 1e9, "0")
 
@@ -87,23 +97,40 @@ class PlacedJob:
         m = len(self.gpus)
         return 2 * (m - 1) / m * self.gradient_bytes if m > 1 else 0.0
 
+    def flow_bytes(self, fabric: LeafSpine) -> float:
+        """Bytes each of the ring's flows carries per iteration: the server's ring bytes
+        split evenly over its rails."""
+        return self.ring_bytes() / fabric.rails
+
     def flows(self, fabric: LeafSpine, seed: int = 0) -> list[list[int]]:
-        """The links of each of the job's ring flows (server i -> server i+1)."""
-        servers = self.servers
-        if len(servers) < 2:
+        """The links of each of the job's ring flows (server i -> server i+1), one per
+        rail, flow-major (flow i's rail r at ``i x rails + r``)."""
+        servers, rails = self.servers, fabric.rails
+        m = len(servers)
+        if m < 2:
             return []
-        return [fabric.path(a, servers[(i + 1) % len(servers)], f"{self.name}/{i}", seed,
-                            None if self.spines is None else self.spines[i])
-                for i, a in enumerate(servers)]
+        if self.spines is not None and len(self.spines) != m * rails:
+            raise SpecError(f"jobs[{self.name}].spines",
+                            f"has {len(self.spines)} entries for a ring of {m} flows on "
+                            f"{rails} rail{'s' if rails != 1 else ''}",
+                            f"give one spine per ring flow and rail ({m * rails})")
+        # One rail keeps the key it had before rails existed, so ECMP's picks (and every
+        # result pinned on them) are unchanged.
+        return [fabric.path(a, servers[(i + 1) % m],
+                            f"{self.name}/{i}" if rails == 1 else f"{self.name}/{i}/r{r}",
+                            seed, None if self.spines is None else self.spines[i * rails + r],
+                            rail=r)
+                for i, a in enumerate(servers) for r in range(rails)]
 
     def dedicated_iteration_s(self, fabric: LeafSpine, seed: int = 0) -> float:
-        """One iteration alone on the cluster on these GPUs and paths: compute, then the
-        ring's bytes at the rates its flows get when they share only with each other."""
+        """One iteration alone on the cluster on these GPUs and paths: compute, then each
+        flow's bytes at the rates the flows get when they share only with each other (the
+        slowest flow ends the iteration)."""
         flows = self.flows(fabric, seed)
         if not flows:
             return self.compute_s
         rates = fluid_engine.weighted_max_min(np.ones(len(flows)), flows, fabric.capacities())
-        return self.compute_s + self.ring_bytes() / float(np.min(rates))
+        return self.compute_s + self.flow_bytes(fabric) / float(np.min(rates))
 
 
 def engine_state(fabric: LeafSpine, jobs: Sequence[PlacedJob], f: Aggressiveness | None,
@@ -125,7 +152,7 @@ def engine_state(fabric: LeafSpine, jobs: Sequence[PlacedJob], f: Aggressiveness
         for links in job.flows(fabric, seed):
             flow_job.append(j)
             flow_links.append(links)
-            flow_bytes.append(job.ring_bytes())
+            flow_bytes.append(job.flow_bytes(fabric))
             flow_weight.append(1.0 if job_weights is None else float(job_weights[j]))
     n_jobs = len(jobs)
     slope, intercept, cap = (0.0, 1.0, np.inf) if f is None else (

@@ -32,10 +32,10 @@ out of the seed's rule rather than patched:
   servers whose jobs have little work left (or empty servers) come first: the
   load-balancing and consolidating effect the seed gives κ survives.
 
-Servers of equal workload keep index order.  ``E_J`` is the ring's bytes at the NIC's
-payload rate (the seed's ``a + bM`` with ``a = 0``: the fluid model has no per-message
-latency), 0 on one server, as :func:`mltcp.lab.cluster.orders.expected_iteration_s`
-prices it.
+Servers of equal workload keep index order.  ``E_J`` is the ring's bytes at the
+payload rate of a server's NICs, all its rails together (the seed's ``a + bM`` with
+``a = 0``: the fluid model has no per-message latency), 0 on one server, as
+:func:`mltcp.lab.cluster.orders.expected_iteration_s` prices it.
 """
 
 from __future__ import annotations
@@ -52,10 +52,11 @@ from mltcp.lab.cluster.scheduler import Allocation, ClusterView, PlacementFn, Qu
 
 def comm_s_per_iteration(fabric: LeafSpine, gradient_bytes: float, servers: int) -> float:
     """``E_J`` per iteration: the ring all-reduce over ``servers`` servers, alone on the
-    network (each server sends ``2 (m - 1) / m`` of the gradient at the NIC's rate)."""
+    network (each server sends ``2 (m - 1) / m`` of the gradient at its NICs' rate, all
+    its rails together)."""
     if servers < 2:
         return 0.0
-    nic = float(fabric.capacities()[fabric.nic_up(0)])
+    nic = fabric.server_payload_bytes_s
     return 2 * (servers - 1) / servers * gradient_bytes / nic
 
 

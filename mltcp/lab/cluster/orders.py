@@ -24,11 +24,12 @@ from mltcp.lab.cluster.scheduler import OrderKey, QueuedJob, RunningJob
 
 def expected_iteration_s(job: JobRequest, fabric: LeafSpine) -> float:
     """Compute plus a ring all-reduce over the fewest servers that hold the job's GPUs,
-    at the NIC's payload rate (what the job would take alone, consolidated)."""
+    at the payload rate of a server's NICs together, all its rails (what the job would
+    take alone, consolidated)."""
     servers = math.ceil(job.gpus / fabric.gpus_per_server)
     if servers < 2:
         return job.compute_s
-    nic = float(fabric.capacities()[0])
+    nic = fabric.server_payload_bytes_s
     return job.compute_s + 2 * (servers - 1) / servers * job.gradient_bytes / nic
 
 

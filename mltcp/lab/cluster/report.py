@@ -240,7 +240,9 @@ def markdown(report: dict[str, Any]) -> str:
         *([cfg["description"], ""] if cfg["description"] else []),
         f"{gpus} GPUs: {c['leaves']} leaves x {c['servers_per_leaf']} servers x "
         f"{c['gpus_per_server']} GPUs, {c['spines']} spine{'s' if c['spines'] != 1 else ''}, "
-        f"{c['server_gbit']:g} Gbit/s NICs, oversubscription {c['oversubscription']:g}. "
+        f"{c.get('rails', 1)} x {c['server_gbit']:g} Gbit/s NIC"
+        f"{'s' if c.get('rails', 1) > 1 else ''} per server, oversubscription "
+        f"{c['oversubscription']:g}. "
         f"Jobs: {source}. "
         f"Seeds: {', '.join(map(str, cfg['seeds']))} (each number a mean over them).", "",
         table(report), "",

@@ -31,8 +31,9 @@ from mltcp.lab.cluster.jobs import JobRequest, PlacedJob
 
 @dataclass(frozen=True)
 class Allocation:
-    """GPUs per server, servers in ring order; ``spines``: the spine of each ring flow
-    (flow i goes from the i-th server to the next), None = ECMP's pick."""
+    """GPUs per server, servers in ring order; ``spines``: the spine of each ring flow on
+    each rail, flow-major (flow i goes from the i-th server to the next), None = ECMP's
+    pick."""
 
     gpus: tuple[tuple[int, int], ...]
     spines: tuple[int, ...] | None = None

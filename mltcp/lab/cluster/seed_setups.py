@@ -220,8 +220,8 @@ ADA_SRSF = SeedSetup(
 
 # --- (b) vClos CLUSTER512, FIFO: 003 §9 -----------------------------------------------
 
-VCLOS_FABRIC = LeafSpine(leaves=16, servers_per_leaf=4, spines=4, gpus_per_server=8,
-                         server_gbit=800.0, oversubscription=1.0)
+VCLOS_FABRIC = LeafSpine(leaves=16, servers_per_leaf=4, spines=32, gpus_per_server=8,
+                         server_gbit=100.0, oversubscription=1.0, rails=8)
 VCLOS_MEAN_GAP_S = 120.0                 # 003 §9.2, §9.4: Poisson arrivals, lambda = 120 s
 VCLOS_JOBS = 5000                        # 003 §9.2
 VCLOS_MIX = JobMix(
@@ -277,10 +277,14 @@ VCLOS_CLUSTER512 = SeedSetup(
         "8 GPUs a server (§4.1's example) and 64-port switches (§4.1's example; CLUSTER2048 "
         "= 32 x 64, §9.5 uses the same switches): 32 GPU ports a leaf = 4 servers, so 16 "
         "leaves; L x S = 512 gives 32 spines, one 100 Gbit/s link per leaf-spine pair",
-        "a server's 8 GPU NICs (8 x 100 Gbit/s rails) become one 800 Gbit/s NIC, and the 32 "
-        "spines 4 groups of 8 (800 Gbit/s per leaf-group link): per-leaf uplink capacity "
-        "(3.2 Tbit/s) and bisection are the seed's; lost is per-rail ECMP hashing (one "
-        "hash per flow picks a group), which the seed's ECMP baseline depends on",
+        "each GPU its own 100 Gbit/s NIC: 8 rails a server (LeafSpine.rails = 8), all under "
+        "the server's leaf; a multi-server job runs one ring per rail, each carrying 1/8 of "
+        "the ring's bytes, and ECMP hashes every rail's flow on its own, so flows of one "
+        "job or of several collide on a leaf-spine link as the seed's hash collisions do",
+        "vClos gives every (ring hop, rail) a spine of its own, free at both ends: a job "
+        "uses 8 uplinks and 8 downlinks on each of its leaves; the seed's virtual Clos "
+        "reserves k uplinks for k GPUs on a leaf (room for AlltoAll), so ours waits less "
+        "often for links",
         "100 Gbit/s links: the testbed's ConnectX-5 100G RoCE (§8.1); the seed does not "
         "restate CLUSTER512's link speed",
     ),

@@ -27,13 +27,17 @@ Clusters").  Its argument, as this module follows it:
   from a leaf's server port to a spine port, §5.2) and *Balanced ECMP* (each flow on
   the least loaded spine, ties at random).
 
-How the seed's terms map onto :class:`~mltcp.lab.cluster.fabric.LeafSpine`: a job's
-network use is its ring (one flow per server, :mod:`mltcp.lab.cluster.jobs`); the seed
-binds one NIC per GPU and runs one ring per NIC, each through its own spines, where we
-have one NIC per server and one ring, so one of our spines stands for the seed's group
-of ``T`` spines a server's NICs reach (see :func:`cluster512`).  Links are directed and
-full duplex here, so vClos reserves the directed links its flows use (the seed reserves
-whole cables; that would only make a job wait more often, never contend less).
+How the seed's terms map onto :class:`~mltcp.lab.cluster.fabric.LeafSpine`: the seed
+binds one NIC per GPU (§4.1), which is the fabric's ``rails`` (one NIC a GPU: ``rails =
+gpus_per_server``), and a job's network use is one ring per rail over its servers
+(:mod:`mltcp.lab.cluster.jobs`; §5.3: "for rings with multiple channels, we only need to
+construct an independent communication plane for each ring").  Every leaf of a ring
+grouped by leaf sends one hop to the next leaf and receives one, so on each of its leaves
+a job uses ``rails`` uplinks and ``rails`` downlinks; vClos gives every (hop, rail) its
+own spine, free at both ends, so no two flows, of one job or of two, share a leaf-spine
+link.  Links are directed and full duplex here, so vClos reserves the directed links its
+flows use (the seed reserves whole cables; that would only make a job wait more often,
+never contend less).
 
 Approximations, stated plainly:
 
@@ -56,11 +60,18 @@ Approximations, stated plainly:
   ``LeafSpine.path`` taking both).
 * The seed's *Best* (one electric switch joining all servers) is not a placement on this
   fabric; a job's ``dedicated_s`` (alone on its GPUs and paths) is its bound here.
+* The seed's virtual Clos gives a leaf holding k of a job's GPUs k uplinks (a
+  non-blocking sub-Clos, which AlltoAll or HD traffic would need); a ring uses only
+  ``rails`` of them, and here only those are reserved.  So a leaf with more than one of
+  a job's servers keeps spare uplinks for other jobs and vClos waits less often than the
+  seed's (its Table 2 counts the waits for network).
 * The seed's remark that a vClos needs N to be "a prime number" (§6.1, garbled in the
   source) does not apply to a ring over servers: any server count forms one.
 * Running jobs routed by ECMP (``spines`` None) hash with the simulator's seed, which a
   scheduler does not see: vClos counts such a flow as using every spine between its
   leaves (so it never lands on a link one might use), Balanced ECMP as 1/spines on each.
+* OCS-vClos's "one spine" with several rails is one spine per rail, the same for every
+  hop of the ring (one rail's flows would otherwise share a leaf's single link to it).
 """
 
 from __future__ import annotations
@@ -71,6 +82,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mltcp.core.errors import SpecError
 from mltcp.lab.cluster.fabric import LeafSpine
 from mltcp.lab.cluster.orders import fifo
 from mltcp.lab.cluster.scheduler import (
@@ -90,8 +102,9 @@ SEARCH_STEPS = 20_000
 @dataclass(frozen=True)
 class LinkUse:
     """Flows on each leaf->spine (``up``) and spine->leaf (``down``) link, indexed
-    ``[leaf, spine]``: 1 per source-routed flow; an ECMP flow, whose spine the scheduler
-    cannot know, 1/spines on each spine between its two leaves."""
+    ``[leaf, spine]``: 1 per source-routed flow (one per rail of a hop); an ECMP flow,
+    whose spine the scheduler cannot know, 1/spines on each spine between its two
+    leaves."""
 
     up: np.ndarray
     down: np.ndarray
@@ -119,8 +132,9 @@ def ring_leaf_edges(fabric: LeafSpine, servers: Sequence[int]) -> list[tuple[int
 
 def link_use(view: ClusterView) -> LinkUse:
     """The leaf-spine links of the running jobs and of those this decision has already
-    placed (``view.planned``), from their servers and spines."""
+    placed (``view.planned``), from their servers and spines (one per hop and rail)."""
     fabric = view.fabric
+    rails = fabric.rails
     up = np.zeros((fabric.leaves, fabric.spines))
     down = np.zeros((fabric.leaves, fabric.spines))
     rings = [(r.job.servers, r.job.spines) for r in view.running]
@@ -128,11 +142,12 @@ def link_use(view: ClusterView) -> LinkUse:
     for servers, spines in rings:
         for i, a, b in ring_leaf_edges(fabric, servers):
             if spines is None:
-                up[a] += 1.0 / fabric.spines
-                down[b] += 1.0 / fabric.spines
+                up[a] += rails / fabric.spines
+                down[b] += rails / fabric.spines
             else:
-                up[a, spines[i]] += 1.0
-                down[b, spines[i]] += 1.0
+                for p in spines[i * rails:(i + 1) * rails]:
+                    up[a, p] += 1.0
+                    down[b, p] += 1.0
     return LinkUse(up, down)
 
 
@@ -252,21 +267,42 @@ def leaf_cycle(idle_count: Sequence[int], hop: np.ndarray, need: int,
     return None
 
 
-def best_fit_spine(up_free: np.ndarray, down_free: np.ndarray, a: int, b: int) -> int:
-    """Of the spines free up from ``a`` and down to ``b``, the one with the fewest free
+def hop_matrix(use: LinkUse, rails: int) -> np.ndarray:
+    """``hop[a, b]``: at least ``rails`` spines are free up from ``a`` and down to ``b``
+    (a hop of every rail's ring on a spine of its own)."""
+    counts = (use.free_up()[:, None, :] & use.free_down()[None, :, :]).sum(axis=2)
+    hop = counts >= rails
+    np.fill_diagonal(hop, False)
+    return hop
+
+
+def best_fit_spines(up_free: np.ndarray, down_free: np.ndarray, a: int, b: int,
+                    k: int = 1) -> tuple[int, ...]:
+    """Of the spines free up from ``a`` and down to ``b``, the ``k`` with the fewest free
     links (keeps emptier spines whole for later jobs); ties: the lower spine."""
     both = np.flatnonzero(up_free[a] & down_free[b])
     free_links = up_free.sum(axis=0) + down_free.sum(axis=0)
-    return int(min(both, key=lambda p: (int(free_links[p]), int(p))))
+    return tuple(sorted((int(p) for p in both),
+                        key=lambda p: (int(free_links[p]), p))[:k])
+
+
+def best_fit_spine(up_free: np.ndarray, down_free: np.ndarray, a: int, b: int) -> int:
+    """The one best-fit spine of :func:`best_fit_spines` (one rail)."""
+    return best_fit_spines(up_free, down_free, a, b)[0]
 
 
 def route(fabric: LeafSpine, servers: Sequence[int],
-          pick: Callable[[int, int, int], int]) -> tuple[int, ...]:
-    """Spines for a ring: ``pick(flow, source leaf, destination leaf)`` for each flow that
-    crosses leaves; 0 for the others (:meth:`LeafSpine.path` ignores it under one leaf)."""
-    spines = [0] * len(servers)
+          pick: Callable[[int, int, int], Sequence[int]]) -> tuple[int, ...]:
+    """Spines for a ring, one per (flow, rail), flow-major: ``pick(flow, source leaf,
+    destination leaf)`` gives a spine per rail for each flow that crosses leaves; 0 for
+    the others (:meth:`LeafSpine.path` ignores it under one leaf)."""
+    rails = fabric.rails
+    spines = [0] * (len(servers) * rails)
     for i, a, b in ring_leaf_edges(fabric, servers):
-        spines[i] = pick(i, a, b)
+        picked = tuple(pick(i, a, b))
+        if len(picked) != rails:
+            raise ValueError(f"flow {i}: {len(picked)} spines for {rails} rails")
+        spines[i * rails:(i + 1) * rails] = picked
     return tuple(spines)
 
 
@@ -292,16 +328,17 @@ def _stages_0_1(view: ClusterView, job: QueuedJob
 
 def _vclos_stage2(view: ClusterView, job: QueuedJob, idle: list[list[int]],
                   need: int) -> Allocation | None:
+    rails = view.fabric.rails
     use = link_use(view)
     up_free, down_free = use.free_up(), use.free_down()
-    hop = (up_free[:, None, :] & down_free[None, :, :]).any(axis=2)
-    np.fill_diagonal(hop, False)
-    leaves = leaf_cycle([len(s) for s in idle], hop, need)
+    leaves = leaf_cycle([len(s) for s in idle], hop_matrix(use, rails), need)
     if leaves is None:
         return None
     servers = ring_servers(idle, leaves, need)
+    # Each leaf of the cycle sends one hop and receives one, so the hops' spines never
+    # compete for a link and each can take its best fit on its own.
     spines = route(view.fabric, servers,
-                   lambda i, a, b: best_fit_spine(up_free, down_free, a, b))
+                   lambda i, a, b: best_fit_spines(up_free, down_free, a, b, rails))
     return Allocation(split_gpus(view.fabric, servers, job.gpus), spines)
 
 
@@ -315,22 +352,32 @@ def vclos_placement(view: ClusterView, job: QueuedJob) -> Allocation | None:
 
 
 def one_spine(view: ClusterView, idle: list[list[int]], need: int
-              ) -> tuple[list[int], int] | None:
+              ) -> tuple[list[int], tuple[int, ...]] | None:
     """OCS-vClos's Stage 2 as this fabric can name it: leaves (most idle first, as few as
     hold ``need`` servers) whose links up to and down from one spine are both free, on
-    the spine with the fewest such leaves that still suffices (seed §7.2)."""
+    the spine with the fewest such leaves that still suffices (seed §7.2).  With several
+    rails, that spine and the other ``rails - 1`` spines free both ways at all those
+    leaves with the fewest such leaves (one spine per rail, the same for every hop);
+    returns the leaves and the spines, rail by rail."""
+    rails = view.fabric.rails
     use = link_use(view)
     both = use.free_up() & use.free_down()              # [leaf, spine]
+    free_leaves = both.sum(axis=0)
     options = []
     for p in range(view.fabric.spines):
         usable = [servers if both[leaf, p] else [] for leaf, servers in enumerate(idle)]
         leaves = most_idle_leaves(usable, need)
-        if leaves is not None:
-            options.append((int(both[:, p].sum()), p, leaves))
+        if leaves is None:
+            continue
+        others = [q for q in np.flatnonzero(both[leaves].all(axis=0)) if q != p]
+        if len(others) < rails - 1:
+            continue
+        rest = sorted(others, key=lambda q: (int(free_leaves[q]), int(q)))[:rails - 1]
+        options.append((int(free_leaves[p]), p, leaves, (p, *(int(q) for q in rest))))
     if not options:
         return None
-    _, p, leaves = min(options)
-    return leaves, p
+    _, _, leaves, spines = min(options)
+    return leaves, spines
 
 
 def ocs_vclos_placement(view: ClusterView, job: QueuedJob) -> Allocation | None:
@@ -344,10 +391,10 @@ def ocs_vclos_placement(view: ClusterView, job: QueuedJob) -> Allocation | None:
     found = one_spine(view, idle, need)
     if found is None:
         return _vclos_stage2(view, job, idle, need)
-    leaves, p = found
+    leaves, spines = found
     servers = ring_servers(idle, leaves, need)
     return Allocation(split_gpus(view.fabric, servers, job.gpus),
-                      route(view.fabric, servers, lambda i, a, b: p))
+                      route(view.fabric, servers, lambda i, a, b: spines))
 
 
 # -- the seed's baselines (§9.3): vClos's GPUs, routes that reserve nothing
@@ -378,10 +425,16 @@ def _ecmp(view: ClusterView, servers: Sequence[int]) -> None:
 
 def _source_routing(view: ClusterView, servers: Sequence[int]) -> tuple[int, ...]:
     """Seed §5.2: leaf m maps its i-th server port to a spine port, f_m(i) = i here
-    (mod the spines when a leaf has more servers than spines)."""
+    (mod the spines when a leaf has more server ports than spines); a server's ports are
+    its rails, so rail r of the leaf's k-th server is port ``k x rails + r``."""
     fabric = view.fabric
-    return route(fabric, servers,
-                 lambda i, a, b: servers[i] % fabric.servers_per_leaf % fabric.spines)
+    rails = fabric.rails
+
+    def pick(i: int, a: int, b: int) -> tuple[int, ...]:
+        first = servers[i] % fabric.servers_per_leaf * rails
+        return tuple((first + r) % fabric.spines for r in range(rails))
+
+    return route(fabric, servers, pick)
 
 
 def _balanced(view: ClusterView, servers: Sequence[int]) -> tuple[int, ...]:
@@ -390,14 +443,16 @@ def _balanced(view: ClusterView, servers: Sequence[int]) -> tuple[int, ...]:
     use = link_use(view)
     up, down = use.up.copy(), use.down.copy()
 
-    def pick(i: int, a: int, b: int) -> int:
+    def one(a: int, b: int) -> int:
         load = np.maximum(up[a], down[b])
         p = view.rng.choice([int(x) for x in np.flatnonzero(load == load.min())])
         up[a, p] += 1.0
         down[b, p] += 1.0
         return p
 
-    return route(view.fabric, servers, pick)
+    # rail by rail, each seeing the rails already routed
+    return route(view.fabric, servers,
+                 lambda i, a, b: tuple(one(a, b) for _ in range(view.fabric.rails)))
 
 
 locality_ecmp_placement = _baseline(_ecmp)
@@ -407,15 +462,22 @@ balanced_ecmp_placement = _baseline(_balanced)
 
 # -- schedulers: FIFO with a blocking head, the seed's default (§4.3, §8.1, §9.2)
 
-def _fifo(name: str, place: PlacementFn) -> Callable[[LeafSpine], QueueScheduler]:
+def _fifo(name: str, place: PlacementFn, reserves: bool = False
+          ) -> Callable[[LeafSpine], QueueScheduler]:
     def make(fabric: LeafSpine) -> QueueScheduler:
+        # A scheme that reserves a spine per rail would never start a job across leaves
+        # with fewer spines than rails: it would wait forever; say so instead.
+        if reserves and fabric.rails > fabric.spines:
+            raise SpecError("cluster.rails", f"{fabric.rails} rails need as many spines "
+                            f"for {name}'s link-disjoint rings, the cluster has "
+                            f"{fabric.spines}", f"use at least {fabric.rails} spines")
         return QueueScheduler(name, fifo(fabric), place, blocking=True)
     make.__name__ = name.replace("-", "_")
     return make
 
 
-vclos = _fifo("vclos", vclos_placement)
-ocs_vclos = _fifo("ocs-vclos", ocs_vclos_placement)
+vclos = _fifo("vclos", vclos_placement, reserves=True)
+ocs_vclos = _fifo("ocs-vclos", ocs_vclos_placement, reserves=True)
 source_routing = _fifo("vclos-sr", source_routing_placement)
 balanced_ecmp = _fifo("vclos-balanced", balanced_ecmp_placement)
 locality_ecmp = _fifo("vclos-ecmp", locality_ecmp_placement)
@@ -427,10 +489,10 @@ SCHEDULERS: dict[str, Callable[[LeafSpine], QueueScheduler]] = {
 
 def cluster512(oversubscription: float = 1.0) -> LeafSpine:
     """The seed's CLUSTER512 (§9.2) as we read it: 512 GPUs, one 100 Gbit/s NIC per GPU
-    (§8.1), 8 GPUs a server, leaves of 64 ports, half to servers (32 GPUs: 4 servers)
-    and half to spines (§4.1): 16 leaves.  A server is one 800 Gbit/s NIC here, and one
-    of our spines is the seed's group of 8 spines a server's NICs reach, so 4 spines of
-    800 Gbit/s per leaf (non-blocking, as the seed's fabric is).  The leaf port count is
-    our assumption: the seed gives 64-port switches for CLUSTER2048 only."""
-    return LeafSpine(leaves=16, servers_per_leaf=4, spines=4, gpus_per_server=8,
-                     server_gbit=800.0, oversubscription=oversubscription)
+    (§8.1; 8 rails a server), 8 GPUs a server, leaves of 64 ports, half to servers (32
+    GPUs: 4 servers) and half to spines (§4.1): 16 leaves, and L x S = 512 GPUs (§6.1)
+    gives 32 spines, one 100 Gbit/s link per leaf-spine pair (non-blocking, as the seed's
+    fabric is).  The leaf port count is our assumption: the seed gives 64-port switches
+    for CLUSTER2048 only."""
+    return LeafSpine(leaves=16, servers_per_leaf=4, spines=32, gpus_per_server=8,
+                     server_gbit=100.0, oversubscription=oversubscription, rails=8)
