@@ -11,7 +11,8 @@ gradients and 50-400 ms of compute per iteration, placed by a policy:
 ``random`` (every multi-GPU job spread over servers: the network-heavy end).  Each
 size runs in a process of its own (so the peak resident memory is that run's) under a
 time limit, and reports wall seconds, peak RSS, engine events, the flow rates computed
-per event (the engine's locality), and where a size ran past its limit how far it got.
+per event (the engine's locality) and the wall time per event, and where a size ran past
+its limit how far it got.
 Standard congestion control and MLTCP (whose F steps add events).  No link samples:
 at this scale only the jobs' iterations are asked for.
 
@@ -83,6 +84,7 @@ def _run(jobs: int, iterations: int, scheme: str, policy: str, limit_s: float,
     wall = time.perf_counter() - t1
     conn.send({"finished": status == fluid_engine.DONE, "wall_s": wall, "plan_s": plan_s,
                "events": st.events, "rates_per_event": st.recomputed / max(st.events, 1),
+               "us_per_event": wall / max(st.events, 1) * 1e6,
                "simulated_s": st.t, "flows": len(st.flow_job),
                "networked_jobs": int(sum(len(j.gpus) > 1 for j in placed)),
                "gpus_used": int(sum(j.gpu_count for j in placed)),
@@ -154,7 +156,8 @@ def main() -> int:
                       + (f"{r['wall_s']:.1f} s" if r["finished"] else
                          f"stopped at {r.get('wall_s', 0):.0f} s")
                       + f" ({r.get('events', 0):,} events, {r.get('rates_per_event', 0):.0f}"
-                      f" rates each; {r.get('networked_jobs', 0)} jobs on the network, "
+                      f" rates, {r.get('us_per_event', 0):.1f} us each;"
+                      f" {r.get('networked_jobs', 0)} jobs on the network, "
                       f"{r.get('flows', 0)} flows, {r.get('gpus_used', 0)} GPUs; "
                       f"{r.get('job_iterations', 0):,} job iterations, "
                       f"{r.get('simulated_s', 0):.0f} s simulated), "

@@ -108,7 +108,10 @@ def test_after_every_event_the_rates_are_the_whole_networks_max_min(
         seed: int, slope: float) -> None:
     # The engine recomputes a region per event; a recomputation of every rate with the
     # same weights (weight x F as the engine last evaluated it) must agree, event by
-    # event, through starts, finishes and (slope 4: MLTCP) F marks.
+    # event, through starts, finishes and (slope 4: MLTCP) F marks.  What the regions
+    # rest on holds too: every link's kept load is the sum of its active flows' rates,
+    # and every active flow's remembered bottleneck is a full link of its own on which
+    # no flow gets more per unit of weight.
     st, flow_links = _random_state(seed, n_jobs=16, n_links=12, slope=slope, iterations=8)
     checked = 0
     while fluid_engine.advance_until(st, np.inf, st.events + 1) == \
@@ -117,9 +120,37 @@ def test_after_every_event_the_rates_are_the_whole_networks_max_min(
         want = fluid_engine.weighted_max_min(np.where(on, st.w, 0.0), flow_links,
                                              st.capacity)
         np.testing.assert_allclose(st.rate[on], want[on], rtol=1e-9, atol=1e-6)
+        load = np.array([sum(st.rate[f] for f in range(len(flow_links))
+                             if on[f] and k in flow_links[f]) for k in range(12)])
+        np.testing.assert_allclose(st.load, load, rtol=0, atol=1e-9 * st.capacity.max())
+        for f in np.flatnonzero(on):
+            k = st.bneck[f]
+            assert k in flow_links[f]
+            assert load[k] >= st.capacity[k] * (1 - 1e-9)
+            assert st.level[f] >= max(st.level[g] for g in np.flatnonzero(on)
+                                      if k in flow_links[g]) * (1 - 1e-9)
         checked += int(on.any())
     assert st.events > 300 and checked > 200
     assert np.isfinite(st.end).all()
+
+
+def test_a_flow_whose_bottleneck_moves_gets_the_new_one() -> None:
+    # Flow a crosses links 0 (capacity 2) and 1 (3); d shares link 0 with it, c shares
+    # link 1 and is held to 1.5 by link 2.  While d runs, a and d split link 0 (1 each);
+    # once d is done, a's remembered bottleneck (link 0) would give it 2, which link 1
+    # cannot carry beside c: a region solved over its flows' bottlenecks alone must see
+    # that and give a what link 1 leaves (1.5), with link 1 as its bottleneck.
+    st = fluid_engine.new_state(
+        np.array([0, 1, 2]), [[0, 1], [1, 2], [0]], np.array([2e6, 3e6, 1.5e6]),
+        np.array([10e6, 10e6, 1e6]), np.ones(3), np.ones((3, 1)), np.full((3, 1), 0.1),
+        np.ones(3, dtype=np.int64), np.zeros(3), np.zeros((3, 1)), 0.0, 1.0, np.inf, 8,
+        0.0)
+    assert fluid_engine.advance_until(st, 1.0, 10_000) == fluid_engine.RUNNING
+    assert st.rate == pytest.approx([1e6, 1.5e6, 1e6]) and st.bneck[0] == 0
+    assert fluid_engine.advance_until(st, 1.2, 10_000) == fluid_engine.RUNNING
+    assert not st.active[2]
+    assert st.rate[:2] == pytest.approx([1.5e6, 1.5e6]) and st.bneck[0] == 1
+    assert st.load == pytest.approx([1.5e6, 3e6, 1.5e6])
 
 
 def _component_sizes(flow_links: list[list[int]]) -> list[int]:

@@ -9,21 +9,26 @@ hundred events at that scale (``bench/bench_cluster_scale.py``).  Here:
 * the link-flow incidence is sparse (CSR both ways: a flow's links, a link's flows);
 * an event (a job's compute ends and its flows start, a flow delivers its bytes, an
   MLTCP flow's bytes_ratio reaches its next 1/f_steps mark) recomputes the rates of a
-  *region* only: the event's flows (and, for MLTCP, the flows that share a link with
-  them, see below), grown until the allocation is the weighted max-min one again,
-  the flows outside keeping their rates (:func:`_settle`).  The test is the
-  characterisation of weighted max-min: every active flow has a *bottleneck*, a full
-  link on which no flow gets more per unit of weight; the allocation with that
-  property is unique, so a region that passes it gives the rates a recomputation of
-  the whole network would (to rounding: the test's tolerance is 1e-12 relative).
-  Each flow remembers a link checked to be its bottleneck; a flow outside the region
-  whose bottleneck is not one of the region's links cannot have lost it (nothing on
-  that link changed) and is not checked again.  A flow without one joins the region,
-  with the flows bottlenecked on its links (they are the next to move: one round
-  saved for a few more rates); a region still growing after _MAX_ROUNDS rounds is
-  solved as its whole contention component (the active flows reachable through shared
-  links).  Each flow's progress is brought up to date lazily, from the time its rate
-  was last set;
+  *region* only, the flows outside keeping theirs (:func:`_settle`).  Each flow
+  remembers its *bottleneck*, a full link on which no flow gets more per unit of
+  weight, and each link the flows bottlenecked there; the region is the event's flows
+  (and, for MLTCP, the flows that share a link with them, see below), the flows
+  bottlenecked on their links, those bottlenecked on the links of these, and so on:
+  the flows the event moves (in the cluster bench all but 3 % of a region's ~21 rates
+  move).  Its max-min is solved over its flows' bottlenecks (the capacity the flows
+  outside leave there), a handful of links, not its ~56: the others are checked
+  against their capacities afterwards from every link's kept load (the sum of its
+  flows' rates, moved with every change of rate, summed again near the capacity), and
+  one that would carry too much is added.  The result passes the characterisation of
+  weighted max-min, or the region grows: every active flow has a bottleneck and no
+  link carries more than its capacity; the allocation with those properties is
+  unique, so the rates are the ones a recomputation of the whole network would give
+  (to rounding: the tests' tolerance is 1e-12 relative).  A flow whose rate moves is
+  in the region, so a flow outside keeps its bottleneck.  A region flow outrun on a
+  full link by a flow outside brings that flow in; a region still growing after
+  _MAX_ROUNDS rounds is solved as its whole contention component (the active flows
+  reachable through shared links).  Each flow's progress is brought up to date
+  lazily, from the time its rate was last set;
 * the next event comes from an indexed min-heap over flows and jobs (a flow's key is
   its next finish or F mark at its current rate, a job's its compute end);
 * max-min itself is progressive filling; the next link to fill is found by a scan in
@@ -31,10 +36,24 @@ hundred events at that scale (``bench/bench_cluster_scale.py``).  Here:
 * link samples are aggregated into their periodic bins as rates change (bytes of each
   bin = the integral of the link's rate over it: the same numbers the piecewise-linear
   interpolation of the cumulative bytes gave), and only when asked for;
+* a flow's and a link's fields sit in one row each (:class:`EngineState`: ``fv``/``fi``
+  and ``lv``/``li``, the same 16 numbers read as floats and as integers): an event
+  reads a few dozen flows and links scattered over the network;
 * the loops are compiled with numba (a well-kept JIT for numeric Python: no C
   extension to build, the functions stay readable Python), cached on disk so a process
-  pays the compilation once per installation, and without numba's reference counting
-  (:func:`_compiled`: it was three quarters of an event's time).
+  pays the compilation once per installation, without numba's reference counting
+  (:func:`_compiled`: it was three quarters of an event's time) and with the small
+  helpers compiled into their callers (:func:`_inlined`).
+
+What it costs.  ``bench/bench_cluster_scale.py``, 1,000 jobs x 1,000 iterations at
+random placement (1,676 flows on 1,536 links), MLTCP: 13.8 M events (7 F marks and a
+finish per flow and iteration), 4.1 us an event (regions of ~22 flows), 56 s on the
+2-core development machine; standard congestion control 4.8 s.  The version before
+solved every link of the region at every fill step, checked every flow on the
+region's links against sums taken afresh and grew regions a round at a time (2.4
+solves an event): 18 us an event, 243 s (12 s standard).  What is left is mostly
+memory latency: the first touch of each of the ~56 link rows and ~45 flow rows an
+event reads (a profile's samples sit on those loads), not arithmetic.
 
 Which F an allocation uses.  The model is :mod:`mltcp.lab.models.fluid`'s (weighted
 max-min by progressive filling, phases and barriers as
@@ -50,7 +69,7 @@ found.  It gives the embedded examples the first engine's traces (to 1e-13 s:
 the marking flow) would not: their iteration times move by 1-2 %.  An earlier version
 of this engine re-evaluated F for every flow of an F mark's contention component, and
 so solved that whole component at every F mark: some 550 rates an event with the
-cluster bench's random placement, against about 25 now.  A rebuilt state
+cluster bench's random placement, against about 22 now.  A rebuilt state
 (:func:`carry_over`) recomputes the carried flows' rates with the F they had.
 
 All state lives in numpy arrays (:class:`EngineState`) so that a run can be advanced
@@ -109,8 +128,16 @@ def _compiled(fn):  # type: ignore[no-untyped-def]
     engine allocates nothing once a state exists; with counting on, every call of a
     helper that takes arrays did an atomic increment and decrement per array, which
     was three quarters of an event's time at cluster scale.  A helper that allocated
-    would fail to compile, not misbehave."""
-    return njit(cache=True, _nrt=False)(fn)
+    would fail to compile, not misbehave.  Divisions follow IEEE (numpy's error model:
+    no test and exception path per division; the engine divides by nothing that can be
+    0 except where a flow has weight 0, which gets no rate either way)."""
+    return njit(cache=True, _nrt=False, error_model="numpy")(fn)
+
+
+def _inlined(fn):  # type: ignore[no-untyped-def]
+    """A small helper of the engine's, compiled into its callers (a call that passes a
+    few arrays, each a dozen machine words, cost more than the helper's work)."""
+    return njit(cache=True, _nrt=False, error_model="numpy", inline="always")(fn)
 
 
 compiled_f = _compiled(f_float)      # the one F, compiled for the engine
@@ -121,9 +148,33 @@ DONE, RUNNING, STUCK, TOO_MANY_EVENTS, JOB_DONE = 0, 1, 2, 3, 4
 # EngineState.counters
 _HEAP_SIZE, _EVENTS, _STAMP, _RECOMPUTED = 0, 1, 2, 3
 
+# Columns of a flow's row (EngineState.fi and .fv: the same 16 numbers per flow, read as
+# integers and as floats; the first 8, one cache line, what a look at a flow outside the
+# region reads): its links' span in flow_links, bytes left (0/1), stamp (in the region),
+# the next flow on its bottleneck's list (-1: the end); its rate, rate / w (the level it
+# froze at), w (weight x F, as last evaluated); frozen (max-min), the link it froze on in
+# its last solve, its bottleneck (a link checked to be; -1: none known); bytes left in the
+# phase, bytes sent in the iteration, when those were brought up to date, bytes per
+# iteration, its rate before the event.
+_P0, _P1, _ACTIVE, _MARK, _BNEXT = 0, 1, 2, 3, 4                          # fi
+_RATE, _LEVEL, _W = 5, 6, 7                                               # fv
+_FROZEN, _FZ, _BNECK = 8, 9, 10                                           # fi
+_REM, _SENT, _TLAST, _BYTES, _ROLD = 11, 12, 13, 14, 15                   # fv
+# Columns of a link's row (EngineState.li and .lv; the first line what every link of a
+# region is read for): its flows' span in link_flows, stamps (a link of the region, a
+# constraint of its solve, listed near its capacity), the first flow bottlenecked there
+# (-1: none); its capacity, load (its active flows' rates, summed); max-min's unfrozen
+# flows and place in okey; the capacity the flows outside the region leave, their top
+# rate/weight, the region's top rate/weight, max-min's capacity left and weight unfrozen.
+_Q0, _Q1, _LMARK, _BMARK, _NMARK, _BHEAD = 0, 1, 2, 3, 4, 5               # li
+_CAP, _LOAD = 6, 7                                                        # lv
+_UNFROZEN, _OPOS = 8, 9                                                   # li
+_RESID, _OUTMAX, _INMAX, _LEFT, _WSUM = 10, 11, 12, 13, 14                # lv
+
 _REL_TOL = 1e-9       # bytes left that count as none, relative to an iteration's bytes
 _CHECK_TOL = 1e-12    # a link this close to its capacity is full, a flow this close to a
                       # link's top rate/weight has it (rounding, not modelling)
+_NEAR = 1e-9          # a link this close to its capacity has its load summed again
 _MAX_ROUNDS = 32      # growth rounds of a region before its whole component is solved
 _SCAN_LINKS = 96      # max-min finds the next link to fill by a scan up to this many links
 
@@ -136,7 +187,9 @@ class EngineState:
     """One run: its structure (read-only) and its state (updated in place).
 
     Flows are ordered by job: the flows of job j are ``job_ptr[j]:job_ptr[j + 1]``.
-    Times in seconds, bytes, capacities in payload bytes per second.
+    Times in seconds, bytes, capacities in payload bytes per second.  A flow's and a
+    link's fields live in one row each (``fi``/``fv``, ``li``/``lv``; columns ``_P0``
+    ... above); ``rate``, ``rem``, ``capacity`` and the like are views of them.
     """
 
     # structure
@@ -146,15 +199,13 @@ class EngineState:
     link_ptr: np.ndarray          # (K+1,) int64: a link's flows are link_flows[ptr[k]:ptr[k+1]]
     link_flows: np.ndarray        # (nnz,) int64
     job_ptr: np.ndarray           # (J+1,) int64
-    capacity: np.ndarray          # (K,)
-    flow_bytes: np.ndarray        # (F,) bytes per iteration
     weight: np.ndarray            # (F,) connections
     phase_fraction: np.ndarray    # (J, P)
     phase_compute: np.ndarray     # (J, P)
     iterations: np.ndarray        # (J,) int64
     jitter: np.ndarray            # (J, N)
     params: np.ndarray            # [slope, intercept, cap, f_steps, sample_s (0: no samples),
-                                  #  stop when a job ends (0/1)]
+                                  #  stop when a job ends (0/1), ring (0/1)]
     # records (NaN: not run)
     start: np.ndarray             # (J, N)
     comm_start: np.ndarray
@@ -165,11 +216,10 @@ class EngineState:
     # state
     clock: np.ndarray             # [t]
     counters: np.ndarray          # [heap size, events, stamp, rates recomputed] int64
-    rem: np.ndarray               # (F,) bytes left in the current phase
-    sent: np.ndarray              # (F,) bytes sent in the current iteration
-    rate: np.ndarray              # (F,)
-    tlast: np.ndarray             # (F,) when rem/sent were last brought up to date
-    active: np.ndarray            # (F,) bool: bytes left
+    fi: np.ndarray                # (F, 16) int64 a flow's row (columns _P0 ... above)
+    fv: np.ndarray                # (F, 16) the same memory as floats
+    li: np.ndarray                # (K, 16) int64 a link's row (columns _Q0 ... above)
+    lv: np.ndarray                # (K, 16) the same memory as floats
     running: np.ndarray           # (J,) bool
     it: np.ndarray                # (J,) int64 current iteration
     phase: np.ndarray             # (J,) int64
@@ -181,32 +231,22 @@ class EngineState:
     link_rate: np.ndarray         # (K,) sum of its flows' rates (kept where sampled)
     link_tlast: np.ndarray        # (K,)
     bins: np.ndarray              # (K, B) payload bytes per sample interval
-    w: np.ndarray                 # (F,) weight x F, as last evaluated
-    level: np.ndarray             # (F,) rate / w: the fill level the flow froze at
-    bneck: np.ndarray             # (F,) int64 a link checked to be the flow's bottleneck
-                                  # (-1: none known)
+    bprev: np.ndarray             # (F,) int64 the previous flow on its bottleneck's list
     refresh: np.ndarray           # (F,) bool: its next event only recomputes its rate
     # scratch for one event
-    flow_mark: np.ndarray         # (F,) int64 stamp: in the region
-    link_mark: np.ndarray         # (K,) int64 stamp: a link of the region
-    seen: np.ndarray              # (F,) int64 stamp: queued or checked already
+    seen: np.ndarray              # (F,) int64 stamp: queued already
     queue: np.ndarray             # (K,) int64 the region's links
     comp: np.ndarray              # (F,) int64 the region's flows
     kept: np.ndarray              # (F,) int64 flows whose rate is recomputed with their F kept
     jobs_todo: np.ndarray         # (2J+2F+2,) int64 jobs and flows to look at
-    left: np.ndarray              # (K,) max-min scratch
-    wsum: np.ndarray              # (K,)
-    unfrozen: np.ndarray          # (K,) int64
-    frozen: np.ndarray            # (F,) bool
-    resid: np.ndarray             # (K,) capacity left by the flows outside the region
-    stat_mark: np.ndarray         # (K,) int64 stamp of the link statistics below
-    stat_load: np.ndarray         # (K,) sum of its flows' rates
-    stat_norm: np.ndarray         # (K,) the top level of its flows
+    blinks: np.ndarray            # (K,) int64 the constraints of the region's solve
+    near: np.ndarray              # (K,) int64 links that came near their capacity
     lheap: np.ndarray             # (K,) int64 max-min's heap of links by fill level
                                   # (or its list of links still open)
     lpos: np.ndarray              # (K,) int64
     lkey: np.ndarray              # (K,) a link's fill level
     lcount: np.ndarray            # (1,) int64
+    okey: np.ndarray              # (K,) max-min's levels of the links still open (scan)
 
     @property
     def t(self) -> float:
@@ -222,6 +262,62 @@ class EngineState:
         regions' sizes summed over the events)."""
         return int(self.counters[_RECOMPUTED])
 
+    # views of the packed rows
+    @property
+    def rate(self) -> np.ndarray:
+        """(F,) each flow's rate (a view)."""
+        return self.fv[:, _RATE]
+
+    @property
+    def level(self) -> np.ndarray:
+        """(F,) rate / w: the fill level a flow froze at (a view)."""
+        return self.fv[:, _LEVEL]
+
+    @property
+    def w(self) -> np.ndarray:
+        """(F,) weight x F, as last evaluated (a view)."""
+        return self.fv[:, _W]
+
+    @property
+    def rem(self) -> np.ndarray:
+        """(F,) bytes left in the current phase (a view)."""
+        return self.fv[:, _REM]
+
+    @property
+    def sent(self) -> np.ndarray:
+        """(F,) bytes sent in the current iteration (a view)."""
+        return self.fv[:, _SENT]
+
+    @property
+    def tlast(self) -> np.ndarray:
+        """(F,) when rem and sent were last brought up to date (a view)."""
+        return self.fv[:, _TLAST]
+
+    @property
+    def flow_bytes(self) -> np.ndarray:
+        """(F,) bytes per iteration (a view)."""
+        return self.fv[:, _BYTES]
+
+    @property
+    def active(self) -> np.ndarray:
+        """(F,) bool: bytes left (a copy)."""
+        return self.fi[:, _ACTIVE] != 0
+
+    @property
+    def bneck(self) -> np.ndarray:
+        """(F,) a link checked to be the flow's bottleneck, -1: none known (a view)."""
+        return self.fi[:, _BNECK]
+
+    @property
+    def capacity(self) -> np.ndarray:
+        """(K,) each link's capacity (a view)."""
+        return self.lv[:, _CAP]
+
+    @property
+    def load(self) -> np.ndarray:
+        """(K,) each link's active flows' rates, summed (a view)."""
+        return self.lv[:, _LOAD]
+
 
 def _csr(rows: list[list[int]], n_cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                        np.ndarray]:
@@ -234,6 +330,31 @@ def _csr(rows: list[list[int]], n_cols: int) -> tuple[np.ndarray, np.ndarray, np
     t_ptr = np.zeros(n_cols + 1, dtype=np.int64)
     t_ptr[1:] = np.cumsum(np.bincount(cols, minlength=n_cols))
     return ptr, cols, t_ptr, owner[order]
+
+
+def _rows(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(n, 16) zeros whose rows start on 64-byte boundaries (two cache lines a row), as
+    integers and as floats (the same memory)."""
+    buf = np.zeros((max(n, 1) + 1) * 16, dtype=np.int64)
+    skip = (-buf.ctypes.data % 64) // 8
+    ints = buf[skip:skip + max(n, 1) * 16].reshape(max(n, 1), 16)
+    return ints, ints.view(np.float64)
+
+
+def _packed(flow_ptr: np.ndarray, link_ptr: np.ndarray, capacity: np.ndarray,
+            flow_bytes: np.ndarray) -> dict[str, np.ndarray]:
+    """The flows' and the links' rows of a run at time 0 (EngineState's fi, fv, li, lv)."""
+    n_flows, n_links = len(flow_ptr) - 1, len(link_ptr) - 1
+    (fi, fv), (li, lv) = _rows(n_flows), _rows(n_links)
+    fv[:n_flows, _W] = 1.0
+    fv[:n_flows, _BYTES] = flow_bytes
+    fi[:n_flows, _P0], fi[:n_flows, _P1] = flow_ptr[:-1], flow_ptr[1:]
+    fi[:, _FROZEN] = 1
+    fi[:, _BNECK] = fi[:, _BNEXT] = -1
+    lv[:n_links, _CAP] = capacity
+    li[:n_links, _Q0], li[:n_links, _Q1] = link_ptr[:-1], link_ptr[1:]
+    li[:, _BHEAD] = -1
+    return {"fv": fv[:n_flows], "fi": fi[:n_flows], "lv": lv[:n_links], "li": li[:n_links]}
 
 
 def new_state(flow_job: np.ndarray, flow_links: list[list[int]], capacity: np.ndarray,
@@ -271,8 +392,7 @@ def new_state(flow_job: np.ndarray, flow_links: list[list[int]], capacity: np.nd
     n_items = n_flows + n_jobs
     st = EngineState(
         flow_job=flow_job, flow_ptr=flow_ptr, flow_links=links, link_ptr=link_ptr,
-        link_flows=link_flows, job_ptr=job_ptr, capacity=np.asarray(capacity, float),
-        flow_bytes=np.asarray(flow_bytes, float), weight=np.asarray(weight, float),
+        link_flows=link_flows, job_ptr=job_ptr, weight=np.asarray(weight, float),
         phase_fraction=np.asarray(phase_fraction, float),
         phase_compute=np.asarray(phase_compute, float),
         iterations=np.asarray(iterations, dtype=np.int64), jitter=jit,
@@ -282,24 +402,18 @@ def new_state(flow_job: np.ndarray, flow_links: list[list[int]], capacity: np.nd
         comm_end=nan(n_jobs, n_iter), end=nan(n_jobs, n_iter),
         phase_start=nan(n_jobs, n_iter, n_phases), phase_end=nan(n_jobs, n_iter, n_phases),
         clock=np.zeros(1), counters=np.zeros(4, dtype=np.int64),
-        rem=np.zeros(n_flows), sent=np.zeros(n_flows), rate=np.zeros(n_flows),
-        tlast=np.zeros(n_flows), active=np.zeros(n_flows, dtype=np.bool_),
+        **_packed(flow_ptr, link_ptr, np.asarray(capacity, float),
+                  np.asarray(flow_bytes, float)),
         running=np.asarray(iterations) > 0, it=np.zeros(n_jobs, dtype=np.int64),
         phase=np.zeros(n_jobs, dtype=np.int64),
         communicating=np.zeros(n_jobs, dtype=np.bool_), busy=np.zeros(n_jobs, dtype=np.int64),
         heap=np.zeros(n_items, dtype=np.int64), heap_pos=np.full(n_items, -1, dtype=np.int64),
         heap_key=np.full(n_items, np.inf), link_rate=np.zeros(n_links),
-        link_tlast=np.zeros(n_links), bins=np.zeros((n_links, 0)), w=np.ones(n_flows),
-        level=np.zeros(n_flows),
-        bneck=np.full(n_flows, -1, dtype=np.int64), refresh=np.zeros(n_flows, dtype=np.bool_),
-        flow_mark=np.zeros(n_flows, dtype=np.int64), link_mark=np.zeros(n_links, dtype=np.int64),
-        seen=np.zeros(n_flows, dtype=np.int64),
-        queue=ints(n_links), comp=ints(n_flows), kept=ints(n_flows),
-        jobs_todo=ints(2 * n_jobs + 2 * n_flows + 2),
-        left=np.zeros(n_links), wsum=np.zeros(n_links),
-        unfrozen=np.zeros(n_links, dtype=np.int64), frozen=np.ones(n_flows, dtype=np.bool_),
-        resid=np.zeros(n_links), stat_mark=np.zeros(n_links, dtype=np.int64),
-        stat_load=np.zeros(n_links), stat_norm=np.zeros(n_links), **_link_heap(n_links))
+        link_tlast=np.zeros(n_links), bins=np.zeros((n_links, 0)),
+        bprev=ints(n_flows, -1), refresh=np.zeros(n_flows, dtype=np.bool_),
+        seen=ints(n_flows), queue=ints(n_links), comp=ints(n_flows), kept=ints(n_flows),
+        jobs_todo=ints(2 * n_jobs + 2 * n_flows + 2), blinks=ints(n_links), near=ints(n_links),
+        **_link_heap(n_links))
     begin = np.asarray(start, float) + st.phase_compute[:, 0] + st.jitter[:, 0]
     for j in np.flatnonzero(st.running):
         st.start[j, 0] = start[j]
@@ -316,7 +430,7 @@ def column(st: EngineState, i: int) -> int:
 def _link_heap(n_links: int) -> dict[str, np.ndarray]:
     return {"lheap": np.zeros(n_links, dtype=np.int64),
             "lpos": np.full(n_links, -1, dtype=np.int64), "lkey": np.full(n_links, np.inf),
-            "lcount": np.zeros(1, dtype=np.int64)}
+            "lcount": np.zeros(1, dtype=np.int64), "okey": np.zeros(n_links)}
 
 
 def advance_until(st: EngineState, t_stop: float, max_events: int) -> int:
@@ -340,16 +454,14 @@ def advance_until(st: EngineState, t_stop: float, max_events: int) -> int:
                 st.bins = grown
             horizon = min(t_stop, (st.bins.shape[1] - 2) * sample_s)
         status = _advance(
-            st.flow_job, st.flow_ptr, st.flow_links, st.link_ptr, st.link_flows, st.job_ptr,
-            st.capacity, st.flow_bytes, st.weight, st.phase_fraction, st.phase_compute,
-            st.iterations, st.jitter, st.params, st.start, st.comm_start, st.comm_end,
-            st.end, st.phase_start, st.phase_end, st.clock, st.counters, st.rem, st.sent,
-            st.rate, st.tlast, st.active, st.running, st.it, st.phase, st.communicating,
-            st.busy, st.heap, st.heap_pos, st.heap_key, st.link_rate, st.link_tlast, st.bins,
-            st.w, st.level, st.bneck, st.refresh, st.flow_mark, st.link_mark, st.seen, st.queue,
-            st.comp, st.kept, st.jobs_todo, st.left, st.wsum, st.unfrozen, st.frozen,
-            st.resid, st.stat_mark, st.stat_load, st.stat_norm, st.lheap, st.lpos, st.lkey,
-            st.lcount, float(horizon), int(max_events))
+            st.flow_job, st.fi, st.flow_links, st.li, st.link_flows, st.job_ptr, st.lv,
+            st.fv, st.weight, st.phase_fraction, st.phase_compute, st.iterations, st.jitter,
+            st.params, st.start, st.comm_start, st.comm_end, st.end, st.phase_start,
+            st.phase_end, st.clock, st.counters, st.running, st.it, st.phase,
+            st.communicating, st.busy, st.heap, st.heap_pos, st.heap_key, st.link_rate,
+            st.link_tlast, st.bins, st.bprev, st.refresh, st.seen, st.queue, st.comp,
+            st.kept, st.jobs_todo, st.blinks, st.near, st.lheap, st.lpos, st.lkey, st.lcount,
+            st.okey, float(horizon), int(max_events))
         if status != RUNNING or horizon >= t_stop:
             return status
 
@@ -379,12 +491,14 @@ def carry_over(old: EngineState, new: EngineState, pairs: list[tuple[int, int]],
                   old.heap_key[n_old + jo] if old.heap_pos[n_old + jo] >= 0 else math.inf)
         for a, b in zip(range(old.job_ptr[jo], old.job_ptr[jo + 1]),
                         range(new.job_ptr[jn], new.job_ptr[jn + 1]), strict=True):
-            if old.active[a]:
-                _bring(a, t, old.rem, old.sent, old.rate, old.tlast)
+            on = old.fi[a, _ACTIVE]
+            if on:
+                _bring(a, t, old.fv)
                 set_event(new, b, t)
                 new.refresh[b] = True
-            new.rem[b], new.sent[b], new.active[b] = old.rem[a], old.sent[a], old.active[a]
-            new.tlast[b], new.w[b] = t, old.w[a]
+            new.fi[b, _ACTIVE] = on
+            new.fv[b, _REM], new.fv[b, _SENT] = old.fv[a, _REM], old.fv[a, _SENT]
+            new.fv[b, _TLAST], new.fv[b, _W] = t, old.fv[a, _W]
 
 
 def _next_key(st: EngineState) -> float:
@@ -406,19 +520,20 @@ def weighted_max_min(weights: np.ndarray, flow_links: list[list[int]],
     comp = np.flatnonzero(np.asarray(weights) > 0).astype(np.int64)
     link_list = np.unique(links[np.isin(np.repeat(np.arange(n_flows), np.diff(flow_ptr)),
                                         comp)]).astype(np.int64)
-    rate = np.zeros(n_flows)
-    _max_min(comp, len(comp), link_list, len(link_list), np.asarray(weights, float),
-             flow_ptr, links, link_ptr, link_flows, np.asarray(capacity, float), rate,
-             np.zeros(n_flows), np.zeros(len(capacity)), np.zeros(len(capacity)),
-             np.zeros(len(capacity), dtype=np.int64), np.ones(n_flows, dtype=np.bool_),
-             *_link_heap(len(capacity)).values())
-    return rate
+    rows = _packed(flow_ptr, link_ptr, np.asarray(capacity, float), np.zeros(n_flows))
+    rows["fv"][:, _W] = weights
+    rows["lv"][:, _RESID] = capacity
+    rows["li"][:, _BMARK] = 1
+    _max_min(comp, len(comp), link_list, len(link_list), rows["li"], 1, rows["fv"],
+             rows["fi"], links, link_flows, rows["lv"], *_link_heap(len(capacity)).values(),
+             np.zeros(max(len(links), 1), dtype=np.int64), 1)
+    return rows["fv"][:, _RATE].copy()
 
 
 # --------------------------------------------------------------------------- heap
 
 
-@_compiled
+@_inlined
 def _heap_swap(heap, pos, a, b):  # type: ignore[no-untyped-def]
     ia, ib = heap[a], heap[b]
     heap[a], heap[b] = ib, ia
@@ -447,7 +562,7 @@ def _heap_sift(heap, pos, key, size, i):  # type: ignore[no-untyped-def]
             break
 
 
-@_compiled
+@_inlined
 def _heap_set(heap, pos, key, counters, item, value):  # type: ignore[no-untyped-def]
     """Give ``item`` the key ``value`` (inf: take it out)."""
     size = counters[0]
@@ -477,14 +592,18 @@ def _heap_set(heap, pos, key, counters, item, value):  # type: ignore[no-untyped
 
 
 @_compiled
-def _max_min(comp, n_comp, links, n_links, w, flow_ptr, flow_links, link_ptr, link_flows,
-             capacity, rate, level, left, wsum, unfrozen, frozen, lheap, lpos, lkey,
-             lcount):  # type: ignore[no-untyped-def]
-    """Weighted max-min rates of the flows ``comp[:n_comp]`` over ``links[:n_links]``
-    by progressive filling: every unfrozen flow's rate is w x the fill level; the link
-    whose (capacity - frozen rates) / (unfrozen weight) is smallest fills first, its
-    flows freeze at that level; repeat.  Flows outside must have ``frozen`` set (they
-    are left as they are); the component's flows are frozen again on return.
+def _max_min(comp, n_comp, links, n_links, li, bstamp, fv, fi, flow_links, link_flows, lv, lheap,
+             lpos, lkey, lcount, okey, near, nstamp):  # type: ignore[no-untyped-def]
+    """Weighted max-min rates of the flows ``comp[:n_comp]`` over the capacities
+    ``_RESID`` of ``links[:n_links]`` (the links marked ``_BMARK == bstamp``: a flow's
+    other links are no constraints here; every flow needs one) by progressive filling:
+    every unfrozen flow's rate is w x the fill level; the link whose (capacity - frozen
+    rates) / (unfrozen weight) is smallest fills first, its flows freeze at that level
+    (``_FZ``: the link they froze on; ``_INMAX``: a link's top level among them);
+    repeat.  Flows outside must be frozen (they are left as they are); the component's
+    flows are frozen again on return.  As a flow freezes, the ``_LOAD`` of each of its
+    links moves by its new rate less ``_ROLD``; the links that come near their capacity
+    are listed in ``near`` (stamp ``nstamp``); returns how many.
 
     The next link to fill is found by scanning the links still open where they are
     few (a region of a few dozen links: cheaper than a heap's upkeep), from a min-heap
@@ -492,268 +611,407 @@ def _max_min(comp, n_comp, links, n_links, w, flow_ptr, flow_links, link_ptr, li
     not O(K^2)).  Ties go to the link listed first either way."""
     for i in range(n_links):
         k = links[i]
-        left[k] = capacity[k]
-        wsum[k] = 0.0
-        unfrozen[k] = 0
+        lv[k, _LEFT] = lv[k, _RESID]
+        lv[k, _WSUM] = 0.0
+        li[k, _UNFROZEN] = 0
+        lv[k, _INMAX] = 0.0
     for i in range(n_comp):
         f = comp[i]
-        frozen[f] = False
-        rate[f] = 0.0
-        level[f] = 0.0
-        for p in range(flow_ptr[f], flow_ptr[f + 1]):
+        fi[f, _FROZEN] = 0
+        fv[f, _RATE] = 0.0
+        fv[f, _LEVEL] = 0.0
+        for p in range(fi[f, _P0], fi[f, _P1]):
             k = flow_links[p]
-            wsum[k] += w[f]
-            unfrozen[k] += 1
+            if li[k, _BMARK] == bstamp:
+                lv[k, _WSUM] += fv[f, _W]
+                li[k, _UNFROZEN] += 1
     if n_links <= _SCAN_LINKS:
-        _fill_scan(links, n_links, w, flow_ptr, flow_links, link_ptr, link_flows, rate, level,
-                   left, wsum, unfrozen, frozen, lheap, lkey)
+        n_near = _fill_scan(links, n_links, li, bstamp, fv, fi, flow_links, link_flows, lv, lheap,
+                            okey, near, nstamp)
     else:
-        _fill_heap(links, n_links, w, flow_ptr, flow_links, link_ptr, link_flows, rate, level,
-                   left, wsum, unfrozen, frozen, lheap, lpos, lkey, lcount)
+        n_near = _fill_heap(links, n_links, li, bstamp, fv, fi, flow_links, link_flows, lv, lheap,
+                            lpos, lkey, lcount, near, nstamp)
     for i in range(n_comp):
-        frozen[comp[i]] = True
+        fi[comp[i], _FROZEN] = 1
+    return n_near
 
 
 @_compiled
-def _freeze(k, fill, w, flow_ptr, flow_links, link_ptr, link_flows, rate, level, left, wsum,
-            unfrozen, frozen, lkey):  # type: ignore[no-untyped-def]
-    """Link k fills at ``fill``: its unfrozen flows freeze at w x fill, their share
-    leaves their other links, whose levels (``lkey``) move."""
-    for p in range(link_ptr[k], link_ptr[k + 1]):
-        f = link_flows[p]
-        if frozen[f]:
-            continue
-        frozen[f] = True
-        r = w[f] * fill
-        rate[f] = r
-        level[f] = fill
-        for q in range(flow_ptr[f], flow_ptr[f + 1]):
-            k2 = flow_links[q]
-            left[k2] -= r
-            wsum[k2] -= w[f]
-            unfrozen[k2] -= 1
-            if unfrozen[k2] > 0:
-                lkey[k2] = max(left[k2], 0.0) / wsum[k2]
-
-
-@_compiled
-def _fill_scan(links, n_links, w, flow_ptr, flow_links, link_ptr, link_flows, rate, level,
-               left, wsum, unfrozen, frozen, open_, lkey):  # type: ignore[no-untyped-def]
+def _fill_scan(links, n_links, li, bstamp, fv, fi, flow_links, link_flows, lv, open_, okey, near,
+               nstamp):  # type: ignore[no-untyped-def]
+    """Progressive filling over a few links: the open links' levels sit in one dense
+    array (``okey``, in the links' order; a link whose flows all froze reads inf), so
+    finding the next link to fill is a scan of consecutive numbers.  The first of the
+    lowest fills first, as in the heap."""
     n_open = 0
     for i in range(n_links):
         k = links[i]
-        if unfrozen[k] > 0:
+        if li[k, _UNFROZEN] > 0:
             open_[n_open] = k
+            li[k, _OPOS] = n_open
+            okey[n_open] = max(lv[k, _LEFT], 0.0) / lv[k, _WSUM]
             n_open += 1
-            lkey[k] = max(left[k], 0.0) / wsum[k]
+    n_live = n_open
+    n_near = 0
     fill = 0.0
-    while n_open > 0:
+    while n_live > 0:
         best = -1
         best_level = np.inf
-        n = 0
-        for i in range(n_open):                  # drop the links whose flows all froze
-            k = open_[i]
-            if unfrozen[k] == 0:
-                continue
-            open_[n] = k
-            if lkey[k] < best_level:
-                best_level = lkey[k]
-                best = n
-            n += 1
-        n_open = n
-        if n_open == 0:
+        for i in range(n_open):
+            x = okey[i]
+            if x < best_level:
+                best_level = x
+                best = i
+        if best < 0:
             break
         fill = max(best_level, fill)             # never below the level reached (rounding)
-        _freeze(open_[best], fill, w, flow_ptr, flow_links, link_ptr, link_flows, rate,
-                level, left, wsum, unfrozen, frozen, lkey)
+        k = open_[best]
+        for p in range(li[k, _Q0], li[k, _Q1]):
+            f = link_flows[p]
+            if fi[f, _FROZEN]:
+                continue
+            fi[f, _FROZEN] = 1
+            r = fv[f, _W] * fill
+            fv[f, _RATE] = r
+            fv[f, _LEVEL] = fill
+            fi[f, _FZ] = k
+            d = r - fv[f, _ROLD]
+            for q in range(fi[f, _P0], fi[f, _P1]):
+                k2 = flow_links[q]
+                n_near = _move_load(k2, d, lv, li, near, n_near, nstamp)
+                if li[k2, _BMARK] != bstamp:
+                    continue
+                lv[k2, _LEFT] -= r
+                lv[k2, _WSUM] -= fv[f, _W]
+                li[k2, _UNFROZEN] -= 1
+                lv[k2, _INMAX] = fill
+                if li[k2, _UNFROZEN] > 0:
+                    okey[li[k2, _OPOS]] = max(lv[k2, _LEFT], 0.0) / lv[k2, _WSUM]
+                else:
+                    okey[li[k2, _OPOS]] = np.inf
+                    n_live -= 1
+        if 2 * n_live < n_open:                  # drop the links whose flows all froze
+            n = 0
+            for i in range(n_open):
+                k2 = open_[i]
+                if li[k2, _UNFROZEN] > 0:
+                    open_[n] = k2
+                    okey[n] = okey[i]
+                    li[k2, _OPOS] = n
+                    n += 1
+            n_open = n
+    return n_near
 
 
 @_compiled
-def _fill_heap(links, n_links, w, flow_ptr, flow_links, link_ptr, link_flows, rate, level,
-               left, wsum, unfrozen, frozen, lheap, lpos, lkey,
-               lcount):  # type: ignore[no-untyped-def]
+def _fill_heap(links, n_links, li, bstamp, fv, fi, flow_links, link_flows, lv, lheap, lpos, lkey,
+               lcount, near, nstamp):  # type: ignore[no-untyped-def]
     for i in range(n_links):
         k = links[i]
-        if unfrozen[k] > 0:
-            _heap_set(lheap, lpos, lkey, lcount, k, max(left[k], 0.0) / wsum[k])
+        if li[k, _UNFROZEN] > 0:
+            _heap_set(lheap, lpos, lkey, lcount, k, max(lv[k, _LEFT], 0.0) / lv[k, _WSUM])
+    n_near = 0
     while lcount[0] > 0:
         k = lheap[0]
         fill = lkey[k]
         _heap_set(lheap, lpos, lkey, lcount, k, np.inf)
-        for p in range(link_ptr[k], link_ptr[k + 1]):
+        for p in range(li[k, _Q0], li[k, _Q1]):
             f = link_flows[p]
-            if frozen[f]:
+            if fi[f, _FROZEN]:
                 continue
-            frozen[f] = True
-            r = w[f] * fill
-            rate[f] = r
-            level[f] = fill
-            for q in range(flow_ptr[f], flow_ptr[f + 1]):
+            fi[f, _FROZEN] = 1
+            r = fv[f, _W] * fill
+            fv[f, _RATE] = r
+            fv[f, _LEVEL] = fill
+            fi[f, _FZ] = k
+            d = r - fv[f, _ROLD]
+            for q in range(fi[f, _P0], fi[f, _P1]):
                 k2 = flow_links[q]
-                left[k2] -= r
-                wsum[k2] -= w[f]
-                unfrozen[k2] -= 1
+                n_near = _move_load(k2, d, lv, li, near, n_near, nstamp)
+                if li[k2, _BMARK] != bstamp:
+                    continue
+                lv[k2, _LEFT] -= r
+                lv[k2, _WSUM] -= fv[f, _W]
+                li[k2, _UNFROZEN] -= 1
+                lv[k2, _INMAX] = fill
                 if k2 == k:
                     continue
-                if unfrozen[k2] == 0:
+                if li[k2, _UNFROZEN] == 0:
                     _heap_set(lheap, lpos, lkey, lcount, k2, np.inf)
                 else:       # never below the level reached (rounding)
                     _heap_set(lheap, lpos, lkey, lcount, k2,
-                              max(max(left[k2], 0.0) / wsum[k2], fill))
+                              max(max(lv[k2, _LEFT], 0.0) / lv[k2, _WSUM], fill))
+    return n_near
 
 
-@_compiled
-def _residual(k, stamp, link_ptr, link_flows, capacity, active, flow_mark,
-              rate):  # type: ignore[no-untyped-def]
-    """Link k's capacity less the rates of its active flows outside the region."""
-    r = capacity[k]
-    for p in range(link_ptr[k], link_ptr[k + 1]):
+@_inlined
+def _move_load(k, d, lv, li, near, n_near, nstamp):  # type: ignore[no-untyped-def]
+    """Link k's load moves by d (a flow's new rate less its rate before the event); a
+    link that comes near its capacity joins ``near`` (once: stamp ``nstamp``).  Returns
+    the count of ``near``."""
+    x = lv[k, _LOAD] + d
+    lv[k, _LOAD] = x
+    if x > lv[k, _CAP] * (1.0 - _NEAR) and li[k, _NMARK] != nstamp:
+        li[k, _NMARK] = nstamp
+        near[n_near] = k
+        n_near += 1
+    return n_near
+
+
+@_inlined
+def _outside(k, stamp, li, link_flows, fi, fv):  # type: ignore[no-untyped-def]
+    """The sum of the rates and the top rate/weight of link k's active flows outside the
+    region."""
+    r = 0.0
+    top = 0.0
+    for p in range(li[k, _Q0], li[k, _Q1]):
         g = link_flows[p]
-        if active[g] and flow_mark[g] != stamp:
-            r -= rate[g]
-    return r
+        if fi[g, _ACTIVE] and fi[g, _MARK] != stamp:
+            r += fv[g, _RATE]
+            if fv[g, _LEVEL] > top:
+                top = fv[g, _LEVEL]
+    return r, top
+
+
+@_inlined
+def _load(k, li, link_flows, fi, fv):  # type: ignore[no-untyped-def]
+    """Link k's active flows' rates, summed."""
+    x = 0.0
+    for p in range(li[k, _Q0], li[k, _Q1]):
+        g = link_flows[p]
+        if fi[g, _ACTIVE]:
+            x += fv[g, _RATE]
+    return x
 
 
 @_compiled
-def _bottlenecked_on(a, b, stamp, n_comp, comp, flow_ptr, flow_links, link_ptr, link_flows,
-                     active, flow_mark, bneck):  # type: ignore[no-untyped-def]
-    """The active flows outside the region whose bottleneck is a link of the region's
-    flows ``comp[a:b]`` join it (not brought to t yet): when those flows' rates move,
-    theirs move next.  Returns the region's new count of flows."""
-    for i in range(a, b):
-        h = comp[i]
-        for q in range(flow_ptr[h], flow_ptr[h + 1]):
-            k = flow_links[q]
-            for p in range(link_ptr[k], link_ptr[k + 1]):
-                g = link_flows[p]
-                if active[g] and flow_mark[g] != stamp and bneck[g] == k:
-                    flow_mark[g] = stamp
-                    comp[n_comp] = g
-                    n_comp += 1
-    return n_comp
+def _unload(n_comp, comp, fi, flow_links, fv, lv):  # type: ignore[no-untyped-def]
+    """The loads of the links of the flows ``comp[:n_comp]`` as they were before their
+    rates moved (from ``_ROLD``)."""
+    for i in range(n_comp):
+        g = comp[i]
+        d = fv[g, _RATE] - fv[g, _ROLD]
+        for q in range(fi[g, _P0], fi[g, _P1]):
+            lv[flow_links[q], _LOAD] -= d
+
+
+@_inlined
+def _set_bneck(g, k, fi, li, bprev):  # type: ignore[no-untyped-def]
+    """Flow g's bottleneck is link k (-1: unknown): it moves to k's list of the flows
+    bottlenecked there."""
+    old = fi[g, _BNECK]
+    if old == k:
+        return
+    if old >= 0:
+        a = bprev[g]
+        b = fi[g, _BNEXT]
+        if a >= 0:
+            fi[a, _BNEXT] = b
+        else:
+            li[old, _BHEAD] = b
+        if b >= 0:
+            bprev[b] = a
+    if k >= 0:
+        b = li[k, _BHEAD]
+        fi[g, _BNEXT] = b
+        bprev[g] = -1
+        if b >= 0:
+            bprev[b] = g
+        li[k, _BHEAD] = g
+    fi[g, _BNECK] = k
 
 
 @_compiled
-def _settle(t, stamp, n_comp, n_queue, comp, queue, flow_ptr, flow_links, link_ptr,
-            link_flows, capacity, active, flow_mark, link_mark, seen, bneck, rem, sent,
-            rate, tlast, w, level, resid, left, wsum, unfrozen, frozen, lheap, lpos, lkey,
-            lcount, stat_mark, stat_load, stat_norm, counters):  # type: ignore[no-untyped-def]
+def _close(t, stamp, n_scan, n_comp, n_queue, comp, queue, fi, flow_links, li,
+           fv):  # type: ignore[no-untyped-def]
+    """The active flows outside the region bottlenecked on one of its links
+    ``queue[n_scan:]`` join it (brought to t), their links join the queue and are
+    looked at in turn: when the rates of a link's flows move, the rates of the flows
+    bottlenecked there move next, and so on along the bottlenecks.  Returns the new
+    counts of the region's flows and links."""
+    while n_scan < n_queue:
+        k = queue[n_scan]
+        n_scan += 1
+        g = li[k, _BHEAD]
+        while g >= 0:
+            if fi[g, _ACTIVE] and fi[g, _MARK] != stamp:
+                fi[g, _MARK] = stamp
+                _bring(g, t, fv)
+                comp[n_comp] = g
+                n_comp += 1
+                n_queue = _queue_links(g, stamp, fi, flow_links, li, queue, n_queue)
+            g = fi[g, _BNEXT]
+    return n_comp, n_queue
+
+
+@_compiled
+def _settle(t, stamp, n_comp, n_queue, comp, queue, fi, flow_links, li, link_flows, lv, bprev, fv,
+            blinks, near, lheap, lpos, lkey, lcount, okey,
+            counters):  # type: ignore[no-untyped-def]
     """New rates for the region (flows ``comp[:n_comp]``, links ``queue[:n_queue]``),
     the flows outside keeping theirs, the region grown until the allocation is the
-    weighted max-min one: every active flow has a bottleneck, a full link on which no
-    flow gets more per unit of weight (the allocation with that property is unique).
+    weighted max-min one: every active flow has a bottleneck (a full link on which no
+    flow gets more per unit of weight) and no link carries more than its capacity (the
+    allocation with those properties is unique).
 
-    First the flows bottlenecked on the region's links join (the event moves them
-    first).  Per round: the region's max-min over what the flows outside leave; then
-    every flow on the region's links is checked, except a flow outside whose last
-    checked bottleneck (``bneck``) is not a region link (nothing on that link changed,
-    so it still is one).  A flow outside without a bottleneck joins the region; a flow
-    inside without one is outrun on a full link by flows outside, and those join; with
-    each joiner, the flows bottlenecked on its links.  A region still growing after
-    _MAX_ROUNDS rounds is solved as its whole contention component.  Returns the
-    region's final counts."""
-    n_resid = 0
+    First the flows bottlenecked on the region's links join, and those bottlenecked on
+    theirs, and so on (:func:`_close`: the event moves them).  Per round: the region's
+    max-min over the capacity the flows outside leave on its flows' remembered
+    bottlenecks (every link of a flow without one), not on its other links (most of
+    them: a flow's bottleneck seldom moves), whose loads are then checked (from the
+    kept ``_LOAD``, summed again near the capacity): one that would carry too much
+    becomes a constraint, and the region is solved again.  Then every flow of the
+    region is checked on the links of its solve: it has a bottleneck where it froze (or
+    on another of them), or flows outside outrun it on a full link, and those join,
+    with the flows bottlenecked on their links, for another round.  A region still
+    growing after _MAX_ROUNDS rounds is solved as its whole contention component.
+    Every link's ``_LOAD`` stays the sum of its active flows' rates: moved by the
+    region's changes, set from the solve on its constraints.  Returns the region's
+    final counts."""
     rounds = 0
     lo = 1.0 - _CHECK_TOL
-    n0 = n_comp
-    n_comp = _bottlenecked_on(0, n0, stamp, n_comp, comp, flow_ptr, flow_links, link_ptr,
-                              link_flows, active, flow_mark, bneck)
-    for i in range(n0, n_comp):
-        h = comp[i]
-        _bring(h, t, rem, sent, rate, tlast)
-        n_queue = _queue_links(h, stamp, flow_ptr, flow_links, link_mark, queue, n_queue)
+    hi = 1.0 + _CHECK_TOL
+    n_scan = 0           # queue links looked at for the flows bottlenecked on them
+    n_old = 0            # region flows whose rates before the event are in rold
     while True:
-        for i in range(n_resid, n_queue):
-            k = queue[i]
-            resid[k] = _residual(k, stamp, link_ptr, link_flows, capacity, active,
-                                 flow_mark, rate)
-        n_resid = n_queue
-        _max_min(comp, n_comp, queue, n_queue, w, flow_ptr, flow_links, link_ptr,
-                 link_flows, resid, rate, level, left, wsum, unfrozen, frozen, lheap, lpos,
-                 lkey, lcount)
-        counters[_STAMP] += 1                    # fresh link statistics and checks
+        n_comp, n_queue = _close(t, stamp, n_scan, n_comp, n_queue, comp, queue, fi, flow_links, li,
+                                 fv)
+        n_scan = n_queue
+        for i in range(n_old, n_comp):
+            g = comp[i]
+            fv[g, _ROLD] = fv[g, _RATE]
+        n_old = n_comp
+        counters[_STAMP] += 1
         check = counters[_STAMP]
-        before = n_comp
-        for i in range(n_queue):
-            k = queue[i]
-            for p in range(link_ptr[k], link_ptr[k + 1]):
-                g = link_flows[p]
-                if not active[g] or seen[g] == check:
-                    continue
-                inside = flow_mark[g] == stamp
-                if not inside and bneck[g] >= 0 and link_mark[bneck[g]] != stamp:
-                    continue
-                seen[g] = check
-                mine = level[g]
-                found = -1
-                for q in range(flow_ptr[g], flow_ptr[g + 1]):
-                    k2 = flow_links[q]
-                    if stat_mark[k2] != check:   # the link's load and top rate/weight
-                        stat_mark[k2] = check
-                        load = 0.0
-                        norm = 0.0
-                        for p2 in range(link_ptr[k2], link_ptr[k2 + 1]):
-                            h = link_flows[p2]
-                            if active[h]:
-                                load += rate[h]
-                                if level[h] > norm:
-                                    norm = level[h]
-                        stat_load[k2] = load
-                        stat_norm[k2] = norm
-                    if stat_load[k2] >= capacity[k2] * lo and mine >= stat_norm[k2] * lo:
-                        found = k2
-                        break
-                if found >= 0:
-                    bneck[g] = found
-                    continue
-                if not inside:                   # joins (brought in below)
-                    flow_mark[g] = stamp
-                    comp[n_comp] = g
-                    n_comp += 1
-                    continue
-                for q in range(flow_ptr[g], flow_ptr[g + 1]):
-                    k2 = flow_links[q]
-                    if stat_mark[k2] != check or stat_load[k2] < capacity[k2] * lo:
-                        continue
-                    for p2 in range(link_ptr[k2], link_ptr[k2 + 1]):
-                        h = link_flows[p2]
-                        if active[h] and flow_mark[h] != stamp and level[h] * lo > mine:
-                            flow_mark[h] = stamp
-                            comp[n_comp] = h
-                            n_comp += 1
-        if n_comp == before:
-            return n_comp, n_queue
-        n_comp = _bottlenecked_on(before, n_comp, stamp, n_comp, comp, flow_ptr, flow_links,
-                                  link_ptr, link_flows, active, flow_mark, bneck)
-        for i in range(before, n_comp):          # the new members: brought to t, their
-            h = comp[i]                          # capacity handed back to the region
-            _bring(h, t, rem, sent, rate, tlast)
-            for q in range(flow_ptr[h], flow_ptr[h + 1]):
+        n_b = 0
+        for i in range(n_comp):                  # the constraints: known bottlenecks
+            g = comp[i]
+            k = fi[g, _BNECK]
+            if k >= 0:
+                if li[k, _BMARK] != check:
+                    li[k, _BMARK] = check
+                    blinks[n_b] = k
+                    n_b += 1
+                continue
+            for q in range(fi[g, _P0], fi[g, _P1]):
                 k = flow_links[q]
-                if link_mark[k] == stamp:
-                    resid[k] += rate[h]
-                else:
-                    link_mark[k] = stamp
-                    queue[n_queue] = k
-                    n_queue += 1
+                if li[k, _BMARK] != check:
+                    li[k, _BMARK] = check
+                    blinks[n_b] = k
+                    n_b += 1
+        while True:
+            if n_b > _SCAN_LINKS:                # too many: all the region's links are
+                n_b = 0
+                for i in range(n_queue):
+                    k = queue[i]
+                    li[k, _BMARK] = check
+                    blinks[n_b] = k
+                    n_b += 1
+            for i in range(n_b):
+                k = blinks[i]
+                s, top = _outside(k, stamp, li, link_flows, fi, fv)
+                lv[k, _RESID] = lv[k, _CAP] - s
+                lv[k, _OUTMAX] = top
+            # The links' loads move by the region's changes of rate as its flows freeze;
+            # a link that comes near its capacity and was no constraint is summed again.
+            counters[_STAMP] += 1
+            n_near = _max_min(comp, n_comp, blinks, n_b, li, check, fv, fi, flow_links, link_flows,
+                              lv, lheap, lpos, lkey, lcount, okey, near, counters[_STAMP])
+            over = False                         # links that carry too much: constraints
+            for i in range(n_near):
+                k = near[i]
+                if li[k, _BMARK] != check and _load(k, li, link_flows, fi, fv) > lv[k, _CAP] * hi:
+                    li[k, _BMARK] = check
+                    blinks[n_b] = k
+                    n_b += 1
+                    over = True
+            if not over:
+                break
+            _unload(n_comp, comp, fi, flow_links, fv, lv)
+        before = n_comp
+        for i in range(before):                  # the region's flows: a bottleneck each
+            g = comp[i]
+            mine = fv[g, _LEVEL]
+            found = -1
+            k = fi[g, _FZ]
+            if lv[k, _LEFT] <= lv[k, _CAP] * _CHECK_TOL and \
+                    mine >= max(lv[k, _OUTMAX], lv[k, _INMAX]) * lo:
+                found = k
+            else:
+                for q in range(fi[g, _P0], fi[g, _P1]):
+                    k = flow_links[q]
+                    if li[k, _BMARK] == check and lv[k, _LEFT] <= lv[k, _CAP] * _CHECK_TOL and \
+                            mine >= max(lv[k, _OUTMAX], lv[k, _INMAX]) * lo:
+                        found = k
+                        break
+            if found >= 0:
+                _set_bneck(g, found, fi, li, bprev)
+                continue
+            # Outrun on its full links by flows outside: those join.
+            for q in range(fi[g, _P0], fi[g, _P1]):
+                k = flow_links[q]
+                if li[k, _BMARK] != check or lv[k, _OUTMAX] * lo <= mine or \
+                        lv[k, _LEFT] > lv[k, _CAP] * _CHECK_TOL:
+                    continue
+                for p in range(li[k, _Q0], li[k, _Q1]):
+                    h = link_flows[p]
+                    if fi[h, _ACTIVE] and fi[h, _MARK] != stamp and fv[h, _LEVEL] * lo > mine:
+                        fi[h, _MARK] = stamp
+                        comp[n_comp] = h
+                        n_comp += 1
+        if n_comp == before:
+            for i in range(n_b):                 # the constraints' loads, as solved
+                k = blinks[i]
+                lv[k, _LOAD] = lv[k, _CAP] - lv[k, _LEFT]
+            for i in range(n_near):              # and those summed again
+                k = near[i]
+                if li[k, _BMARK] != check:
+                    lv[k, _LOAD] = _load(k, li, link_flows, fi, fv)
+            return n_comp, n_queue
+        _unload(before, comp, fi, flow_links, fv, lv)
+        for i in range(before, n_comp):          # the new members: brought to t
+            h = comp[i]
+            _bring(h, t, fv)
+            n_queue = _queue_links(h, stamp, fi, flow_links, li, queue, n_queue)
         rounds += 1
         if rounds < _MAX_ROUNDS:
             continue
         # Still growing: the change reaches far; solving the whole contention component
-        # at once costs less than checking again.  Its flows' bottlenecks are unknown.
-        n_comp, n_queue = _whole_component(t, stamp, n_comp, n_queue, comp, queue,
-                                           flow_ptr, flow_links, link_ptr, link_flows,
-                                           active, flow_mark, link_mark, rem, sent, rate,
-                                           tlast)
+        # at once costs less than checking again.
+        n_comp, n_queue = _whole_component(t, stamp, n_comp, n_queue, comp, queue, fi, flow_links,
+                                           li, link_flows, fv)
+        counters[_STAMP] += 1
+        check = counters[_STAMP]
         for i in range(n_queue):
             k = queue[i]
-            resid[k] = _residual(k, stamp, link_ptr, link_flows, capacity, active,
-                                 flow_mark, rate)
-        _max_min(comp, n_comp, queue, n_queue, w, flow_ptr, flow_links, link_ptr,
-                 link_flows, resid, rate, level, left, wsum, unfrozen, frozen, lheap, lpos,
-                 lkey, lcount)
+            li[k, _BMARK] = check
+            s, top = _outside(k, stamp, li, link_flows, fi, fv)
+            lv[k, _RESID] = lv[k, _CAP] - s
+        counters[_STAMP] += 1
+        _max_min(comp, n_comp, queue, n_queue, li, check, fv, fi, flow_links, link_flows, lv, lheap,
+                 lpos, lkey, lcount, okey, near, counters[_STAMP])
+        counters[_STAMP] += 1
+        check = counters[_STAMP]
+        for i in range(n_queue):                 # its loads, and its flows' bottlenecks
+            k = queue[i]
+            s = 0.0
+            top = 0.0
+            for p in range(li[k, _Q0], li[k, _Q1]):
+                g = link_flows[p]
+                if fi[g, _ACTIVE]:
+                    s += fv[g, _RATE]
+                    top = max(top, fv[g, _LEVEL])
+            lv[k, _LOAD] = s
+            lv[k, _OUTMAX] = top
         for i in range(n_comp):
-            bneck[comp[i]] = -1
+            g = comp[i]
+            found = fi[g, _FZ]
+            for q in range(fi[g, _P0], fi[g, _P1]):
+                k = flow_links[q]
+                if lv[k, _LOAD] >= lv[k, _CAP] * lo and fv[g, _LEVEL] >= lv[k, _OUTMAX] * lo:
+                    found = k
+                    break
+            _set_bneck(g, found, fi, li, bprev)
         return n_comp, n_queue
 
 
@@ -793,40 +1051,38 @@ def _flush_all(link_rate, link_tlast, bins, t, sample_s):  # type: ignore[no-unt
 # --------------------------------------------------------------------------- events
 
 
-@_compiled
-def _bring(f, t, rem, sent, rate, tlast):  # type: ignore[no-untyped-def]
+@_inlined
+def _bring(f, t, fv):  # type: ignore[no-untyped-def]
     """Flow f's progress up to t at its current rate."""
-    d = rate[f] * (t - tlast[f])
+    d = fv[f, _RATE] * (t - fv[f, _TLAST])
     if d > 0.0:
-        rem[f] -= d
-        sent[f] += d
-    tlast[f] = t
+        fv[f, _REM] -= d
+        fv[f, _SENT] += d
+    fv[f, _TLAST] = t
 
 
-@_compiled
+@_inlined
 def _delivered(left, nbytes):  # type: ignore[no-untyped-def]
     """``left`` bytes of a flow of ``nbytes`` per iteration are nothing left (to a
     tolerance of 1e-9 of an iteration's bytes)."""
     return left <= nbytes * _REL_TOL + 1e-6
 
 
-@_compiled
-def _queue_links(f, stamp, flow_ptr, flow_links, link_mark, queue,
-                 n_queue):  # type: ignore[no-untyped-def]
+@_inlined
+def _queue_links(f, stamp, fi, flow_links, li, queue, n_queue):  # type: ignore[no-untyped-def]
     """Flow f's links not yet in the region join its queue; returns the queue's length."""
-    for p in range(flow_ptr[f], flow_ptr[f + 1]):
+    for p in range(fi[f, _P0], fi[f, _P1]):
         k = flow_links[p]
-        if link_mark[k] != stamp:
-            link_mark[k] = stamp
+        if li[k, _LMARK] != stamp:
+            li[k, _LMARK] = stamp
             queue[n_queue] = k
             n_queue += 1
     return n_queue
 
 
 @_compiled
-def _whole_component(t, stamp, n_comp, n_queue, comp, queue, flow_ptr, flow_links, link_ptr,
-                     link_flows, active, flow_mark, link_mark, rem, sent, rate,
-                     tlast):  # type: ignore[no-untyped-def]
+def _whole_component(t, stamp, n_comp, n_queue, comp, queue, fi, flow_links, li, link_flows,
+                     fv):  # type: ignore[no-untyped-def]
     """The region grows into its whole contention component: every active flow
     reachable from its links through shared links (brought to t).  Returns the new
     counts of the region's flows and links."""
@@ -834,29 +1090,25 @@ def _whole_component(t, stamp, n_comp, n_queue, comp, queue, flow_ptr, flow_link
     while head < n_queue:
         k = queue[head]
         head += 1
-        for p in range(link_ptr[k], link_ptr[k + 1]):
+        for p in range(li[k, _Q0], li[k, _Q1]):
             h = link_flows[p]
-            if not active[h] or flow_mark[h] == stamp:
+            if not fi[h, _ACTIVE] or fi[h, _MARK] == stamp:
                 continue
-            flow_mark[h] = stamp
-            _bring(h, t, rem, sent, rate, tlast)
+            fi[h, _MARK] = stamp
+            _bring(h, t, fv)
             comp[n_comp] = h
             n_comp += 1
-            n_queue = _queue_links(h, stamp, flow_ptr, flow_links, link_mark, queue,
-                                   n_queue)
+            n_queue = _queue_links(h, stamp, fi, flow_links, li, queue, n_queue)
     return n_comp, n_queue
 
 
 @_compiled
-def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capacity,
-             flow_bytes, weight, phase_fraction, phase_compute, iterations, jitter, params,
-             rec_start, rec_comm_start, rec_comm_end, rec_end, rec_phase_start,
-             rec_phase_end, clock, counters, rem, sent, rate, tlast, active, running, it,
-             phase, communicating, busy, heap, heap_pos, heap_key, link_rate, link_tlast,
-             bins, w, level, bneck, refresh, flow_mark, link_mark, seen, queue, comp, kept,
-             jobs_todo, left, wsum, unfrozen, frozen, resid, stat_mark, stat_load,
-             stat_norm, lheap, lpos, lkey, lcount, t_stop,
-             max_events):  # type: ignore[no-untyped-def]
+def _advance(flow_job, fi, flow_links, li, link_flows, job_ptr, lv, fv, weight, phase_fraction,
+             phase_compute, iterations, jitter, params, rec_start, rec_comm_start, rec_comm_end,
+             rec_end, rec_phase_start, rec_phase_end, clock, counters, running, it, phase,
+             communicating, busy, heap, heap_pos, heap_key, link_rate, link_tlast, bins, bprev,
+             refresh, seen, queue, comp, kept, jobs_todo, blinks, near, lheap, lpos, lkey, lcount,
+             okey, t_stop, max_events):  # type: ignore[no-untyped-def]
     """Events up to t_stop.  Per event: the flows and jobs it concerns change state
     (a flow delivers its bytes or reaches an F mark, a job's compute ends and its flows
     start); those flows form the region, with (MLTCP) the active flows that share a
@@ -877,7 +1129,7 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
     while True:
         if counters[_HEAP_SIZE] == 0:
             for f in range(n_flows):
-                if active[f]:
+                if fi[f, _ACTIVE]:
                     return STUCK
             return DONE
         t_next = heap_key[heap[0]]
@@ -914,17 +1166,18 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
                     # links join the region: its capacity is handed out, and its job
                     # looks at its barrier), else it is at an F mark and joins.
                     f = j - n_jobs
-                    if not active[f] or flow_mark[f] == stamp:
+                    if not fi[f, _ACTIVE] or fi[f, _MARK] == stamp:
                         continue
-                    _bring(f, t, rem, sent, rate, tlast)
-                    if _delivered(rem[f], flow_bytes[f]):
-                        flow_mark[f] = stamp
-                        n_queue = _queue_links(f, stamp, flow_ptr, flow_links, link_mark,
-                                               queue, n_queue)
+                    _bring(f, t, fv)
+                    if _delivered(fv[f, _REM], fv[f, _BYTES]):
+                        fi[f, _MARK] = stamp
+                        n_queue = _queue_links(f, stamp, fi, flow_links, li, queue, n_queue)
                         refresh[f] = False
-                        rem[f] = 0.0
-                        active[f] = False
-                        rate[f] = 0.0
+                        fv[f, _REM] = 0.0
+                        fi[f, _ACTIVE] = 0
+                        for p in range(fi[f, _P0], fi[f, _P1]):
+                            lv[flow_links[p], _LOAD] -= fv[f, _RATE]
+                        fv[f, _RATE] = 0.0
                         _heap_set(heap, heap_pos, heap_key, counters, f, np.inf)
                         busy[flow_job[f]] -= 1
                         jobs_todo[n_todo] = flow_job[f]
@@ -934,9 +1187,8 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
                         kept[n_kept] = f
                         n_kept += 1
                     else:
-                        flow_mark[f] = stamp
-                        n_queue = _queue_links(f, stamp, flow_ptr, flow_links, link_mark,
-                                               queue, n_queue)
+                        fi[f, _MARK] = stamp
+                        n_queue = _queue_links(f, stamp, fi, flow_links, li, queue, n_queue)
                         comp[n_comp] = f
                         n_comp += 1
                     continue
@@ -955,7 +1207,7 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
                             job_done = True
                             continue
                         for f in range(job_ptr[j], job_ptr[j + 1]):
-                            sent[f] = 0.0            # a new iteration: bytes_ratio from 0
+                            fv[f, _SENT] = 0.0            # a new iteration: bytes_ratio from 0
                         phase[j] = 0
                         c = (i + 1) % n_rec
                         rec_start[j, c] = t
@@ -991,23 +1243,22 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
                 rec_phase_start[j, c, phase[j]] = t
                 frac = phase_fraction[j, phase[j]]
                 for f in range(job_ptr[j], job_ptr[j + 1]):
-                    r = flow_bytes[f] * frac
-                    tlast[f] = t
-                    rate[f] = 0.0
-                    if flow_ptr[f] == flow_ptr[f + 1]:
-                        rem[f] = 0.0                 # crosses no shaped link: no constraint,
-                        sent[f] += r                 # delivered at once
-                    elif not _delivered(r, flow_bytes[f]):
-                        rem[f] = r
-                        active[f] = True
+                    r = fv[f, _BYTES] * frac
+                    fv[f, _TLAST] = t
+                    fv[f, _RATE] = 0.0
+                    if fi[f, _P0] == fi[f, _P1]:
+                        fv[f, _REM] = 0.0                 # crosses no shaped link: no constraint,
+                        fv[f, _SENT] += r                 # delivered at once
+                    elif not _delivered(r, fv[f, _BYTES]):
+                        fv[f, _REM] = r
+                        fi[f, _ACTIVE] = 1
                         busy[j] += 1
-                        flow_mark[f] = stamp
+                        fi[f, _MARK] = stamp
                         comp[n_comp] = f
                         n_comp += 1
-                        n_queue = _queue_links(f, stamp, flow_ptr, flow_links, link_mark, queue,
-                                               n_queue)
+                        n_queue = _queue_links(f, stamp, fi, flow_links, li, queue, n_queue)
                     else:
-                        rem[f] = 0.0
+                        fv[f, _REM] = 0.0
                 if busy[j] == 0:
                     jobs_todo[n_todo] = j
                     n_todo += 1
@@ -1015,10 +1266,11 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
             # tolerance) stop in this event, not a fraction of a nanosecond later.
             for i in range(n_scanned, n_queue):
                 k = queue[i]
-                for p in range(link_ptr[k], link_ptr[k + 1]):
+                for p in range(li[k, _Q0], li[k, _Q1]):
                     g = link_flows[p]
-                    if active[g] and flow_mark[g] != stamp and seen[g] != stamp and \
-                            _delivered(rem[g] - rate[g] * (t - tlast[g]), flow_bytes[g]):
+                    if fi[g, _ACTIVE] and fi[g, _MARK] != stamp and seen[g] != stamp and \
+                            _delivered(fv[g, _REM] - fv[g, _RATE] * (t - fv[g, _TLAST]),
+                                       fv[g, _BYTES]):
                         seen[g] = stamp
                         jobs_todo[n_todo] = n_jobs + g
                         n_todo += 1
@@ -1030,53 +1282,49 @@ def _advance(flow_job, flow_ptr, flow_links, link_ptr, link_flows, job_ptr, capa
             # competition changed, and their F is re-evaluated with the event's.
             for i in range(n_queue):
                 k = queue[i]
-                for p in range(link_ptr[k], link_ptr[k + 1]):
+                for p in range(li[k, _Q0], li[k, _Q1]):
                     h = link_flows[p]
-                    if active[h] and flow_mark[h] != stamp:
-                        flow_mark[h] = stamp
-                        _bring(h, t, rem, sent, rate, tlast)
+                    if fi[h, _ACTIVE] and fi[h, _MARK] != stamp:
+                        fi[h, _MARK] = stamp
+                        _bring(h, t, fv)
                         comp[n_comp] = h
                         n_comp += 1
         for i in range(n_comp):
             f = comp[i]
-            w[f] = weight[f] * compiled_f(sent[f] / flow_bytes[f] if flow_bytes[f] > 0
+            fv[f, _W] = weight[f] * compiled_f(fv[f, _SENT] / fv[f, _BYTES] if fv[f, _BYTES] > 0
                                           else 0.0, slope, intercept, cap)
         for i in range(n_comp):      # the neighbours' links, after the loop above
-            n_queue = _queue_links(comp[i], stamp, flow_ptr, flow_links, link_mark, queue,
-                                   n_queue)
+            n_queue = _queue_links(comp[i], stamp, fi, flow_links, li, queue, n_queue)
         for i in range(n_kept):
             f = kept[i]
-            if active[f] and flow_mark[f] != stamp:
-                flow_mark[f] = stamp
+            if fi[f, _ACTIVE] and fi[f, _MARK] != stamp:
+                fi[f, _MARK] = stamp
                 comp[n_comp] = f
                 n_comp += 1
-                n_queue = _queue_links(f, stamp, flow_ptr, flow_links, link_mark, queue,
-                                       n_queue)
-        n_comp, n_queue = _settle(t, stamp, n_comp, n_queue, comp, queue, flow_ptr,
-                                  flow_links, link_ptr, link_flows, capacity, active,
-                                  flow_mark, link_mark, seen, bneck, rem, sent, rate, tlast,
-                                  w, level, resid, left, wsum, unfrozen, frozen, lheap, lpos,
-                                  lkey, lcount, stat_mark, stat_load, stat_norm, counters)
+                n_queue = _queue_links(f, stamp, fi, flow_links, li, queue, n_queue)
+        n_comp, n_queue = _settle(t, stamp, n_comp, n_queue, comp, queue, fi, flow_links, li,
+                                  link_flows, lv, bprev, fv, blinks, near, lheap, lpos, lkey,
+                                  lcount, okey, counters)
         counters[_RECOMPUTED] += n_comp
         for i in range(n_queue if sample_s > 0.0 else 0):   # (only samples use them)
             k = queue[i]
             _flush_link(link_rate, link_tlast, bins, k, t, sample_s)
             total = 0.0
-            for p in range(link_ptr[k], link_ptr[k + 1]):
+            for p in range(li[k, _Q0], li[k, _Q1]):
                 f = link_flows[p]
-                if active[f]:
-                    total += rate[f]
+                if fi[f, _ACTIVE]:
+                    total += fv[f, _RATE]
             link_rate[k] = total
         for i in range(n_comp):
             f = comp[i]
-            r = rate[f]
+            r = fv[f, _RATE]
             key = np.inf
             if r > 0.0:
-                key = t + rem[f] / r
+                key = t + fv[f, _REM] / r
                 if mltcp and f_steps > 0:
-                    step = flow_bytes[f] / f_steps
-                    mark = (math.floor(sent[f] / step + 1e-9) + 1.0) * step
-                    key = min(key, t + (mark - sent[f]) / r)
+                    step = fv[f, _BYTES] / f_steps
+                    mark = (math.floor(fv[f, _SENT] / step + 1e-9) + 1.0) * step
+                    key = min(key, t + (mark - fv[f, _SENT]) / r)
                 if key <= t:
                     # Hours into a run, a flow's last fraction of a byte (or of a step to
                     # its F mark) can take less than the clock's resolution at t: the
