@@ -1,0 +1,257 @@
+"""Contention sensitivity (CS): how much slower a job trains next to another job.
+
+Seed ``001`` (§I, Eq. 1) defines a job's CS as its ideal throughput over its throughput
+when co-located with another job, and its Fig. 1 maps CS for pairs of its Table I
+models (``deepshare/*`` in the catalogue) on its cluster (§VI: 4 nodes x 8 TITAN Xp,
+one NIC each; the 40 Gbit/s InfiniBand, since FSDP's 2672 MB/s exceeds the 10 GbE).
+Its RL scheduler's state and reward are built on these numbers, so they are measured
+here by the same fluid engine that runs the cluster simulator, under fair sharing and
+under MLTCP, rather than typed in.
+
+*Co-located* (001 footnote 2) means the jobs share all or part of their nodes, and so
+the nodes' network bandwidth.  Here both jobs are ``nodes x gpus_per_node`` (001
+Fig. 1 labels its jobs so) and the placement says which servers the second one gets:
+
+* ``shared``: the same servers as the first, in the same ring order, so each NIC
+  carries one ring flow of each job (001's full co-location);
+* ``partial``: shifted by half the node count (part of the nodes shared);
+* ``disjoint``: other servers (no NIC in common: a control whose CS is 1).
+
+The ideal is each job alone on the same GPUs and paths.  Both jobs start together, the
+second ``offset`` later (a fraction of 1 % of its iteration, drawn from ``seed``): the
+launch jitter of real jobs.  Under fair sharing a small offset keeps the two
+communications overlapped as an exact tie would (the later job ends its transfer
+exactly as much later as it started), but an exact tie is a symmetry no real pair has,
+and MLTCP only interleaves jobs once something breaks it.
+
+Steady state: the run goes on until the job with the longer period has run
+``iterations`` iterations of its dedicated length (or a job ends), and the first
+``warmup`` fraction of that time is skipped; a job's iteration time is the mean over
+its iterations that lie wholly after it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from mltcp.core import validate
+from mltcp.core.errors import SpecError
+from mltcp.lab.cluster import catalogue, registry
+from mltcp.lab.cluster.fabric import LeafSpine
+from mltcp.lab.cluster.jobs import PlacedJob, engine_state
+from mltcp.lab.cluster.network import Network
+from mltcp.lab.models import fluid_engine
+
+PLACEMENTS = ("shared", "partial", "disjoint")
+SEED_MODELS = tuple(n for n in catalogue.names() if n.startswith("deepshare/"))
+SEED_GPUS = (4, 4)              # 4 nodes x 4 GPUs each: two jobs fill 001's cluster
+MAX_EVENTS = 50_000_000
+LAUNCH_JITTER = 0.01            # the second job starts up to this x its iteration late
+
+
+def seed_fabric() -> LeafSpine:
+    """001 §VI's cluster: four 8-GPU nodes, one NIC each on 40 Gbit/s InfiniBand (one
+    switch: a leaf with one spine that no flow crosses)."""
+    return LeafSpine(leaves=1, servers_per_leaf=4, spines=1, gpus_per_server=8,
+                     server_gbit=40.0)
+
+
+@dataclass(frozen=True)
+class PairCS:
+    """Two co-located jobs: each one's steady iteration time alone (``alone_*``) and
+    together (``together_*``), and its CS = together / alone (= ideal throughput over
+    throughput under contention, 001 Eq. 1)."""
+
+    model_a: str
+    model_b: str
+    network: str
+    placement: str
+    gpus: tuple[int, int]          # nodes x GPUs per node, each job
+    alone_a_s: float
+    alone_b_s: float
+    together_a_s: float
+    together_b_s: float
+
+    @property
+    def cs_a(self) -> float:
+        return self.together_a_s / self.alone_a_s
+
+    @property
+    def cs_b(self) -> float:
+        return self.together_b_s / self.alone_b_s
+
+    def swapped(self) -> PairCS:
+        return PairCS(self.model_b, self.model_a, self.network, self.placement, self.gpus,
+                      self.alone_b_s, self.alone_a_s, self.together_b_s, self.together_a_s)
+
+
+def _network(network: str | Network, fabric: LeafSpine) -> Network:
+    net = registry.network(network, fabric) if isinstance(network, str) else network
+    if type(net) is not Network:
+        raise SpecError("network", f"scheme {net.name!r} ranks or shifts jobs; a pair's CS "
+                        "is measured under the congestion control alone", "use fair or mltcp")
+    return net
+
+
+def _servers(fabric: LeafSpine, gpus: object, placement: str) -> tuple[list[int], list[int]]:
+    """The servers of the first and second job (ring order) for ``placement``."""
+    if not (isinstance(gpus, tuple | list) and len(gpus) == 2):
+        raise SpecError("gpus", f"must be (nodes, GPUs per node) (got {gpus!r})",
+                        "e.g. (4, 4): 4 nodes with 4 GPUs each")
+    nodes = validate.integer(gpus[0], "gpus.nodes", 1, fabric.servers, "4")
+    per = validate.integer(gpus[1], "gpus.per_node", 1, fabric.gpus_per_server, "4")
+    validate.choice(placement, "placement", PLACEMENTS)
+    shift = {"shared": 0, "partial": max(nodes // 2, 1), "disjoint": nodes}[placement]
+    if shift + nodes > fabric.servers:
+        raise SpecError("gpus.nodes", f"{placement} placement of two {nodes}-node jobs needs "
+                        f"{shift + nodes} servers, the cluster has {fabric.servers}",
+                        "use fewer nodes or another placement")
+    if shift < nodes and 2 * per > fabric.gpus_per_server:
+        raise SpecError("gpus.per_node", f"two jobs of {per} GPUs do not fit a shared "
+                        f"{fabric.gpus_per_server}-GPU server",
+                        f"use at most {fabric.gpus_per_server // 2}")
+    return list(range(nodes)), list(range(shift, shift + nodes))
+
+
+def _steady_s(st: fluid_engine.EngineState, j: int, t_from: float, t_to: float) -> float:
+    """Mean iteration time of job ``j`` over its iterations wholly inside the window."""
+    start, end = st.start[j], st.end[j]
+    ok = np.flatnonzero((start >= t_from) & (end <= t_to))
+    if len(ok) == 0:
+        raise SpecError("iterations", "no whole iteration in the measured window",
+                        "raise iterations (e.g. 20)")
+    return float(end[ok[-1]] - start[ok[0]]) / len(ok)
+
+
+def _run(fabric: LeafSpine, jobs: list[PlacedJob], targets: list[float], horizon_s: float,
+         net: Network, seed: int, warmup: float) -> list[float]:
+    """Each job's steady iteration time when ``jobs`` run together, run until every job
+    has done its ``targets`` of iterations (or one ends)."""
+    st = engine_state(fabric, jobs, net.f, seed)
+    t = 0.0
+    while True:
+        t += horizon_s / 4
+        status = fluid_engine.advance_until(st, t, MAX_EVENTS)
+        if status in (fluid_engine.STUCK, fluid_engine.TOO_MANY_EVENTS):
+            raise SpecError("iterations", "the pair's run did not finish", "use fewer")
+        if status == fluid_engine.DONE or (~st.running).any() or \
+                all(st.it[j] >= targets[j] for j in range(len(jobs))):
+            break
+    t_end = min([t] + [float(np.nanmax(st.end[j])) for j in range(len(jobs))
+                       if not st.running[j]])
+    t0 = max(job.start_s for job in jobs)
+    t_from = t0 + warmup * (t_end - t0)
+    return [_steady_s(st, j, t_from, t_end) for j in range(len(jobs))]
+
+
+def _profile(model: str | catalogue.ModelProfile) -> catalogue.ModelProfile:
+    return model if isinstance(model, catalogue.ModelProfile) else catalogue.profile(model)
+
+
+def contention_sensitivity(model_a: str | catalogue.ModelProfile,
+                           model_b: str | catalogue.ModelProfile, fabric: LeafSpine | None = None,
+                           gpus: Sequence[int] = SEED_GPUS, placement: str = "shared",
+                           network: str | Network = "fair", iterations: int = 20,
+                           seed: int = 0, warmup: float = 0.5) -> PairCS:
+    """The CS of ``model_a`` and ``model_b`` (catalogue names or profiles) co-located on ``fabric``
+    (001's cluster by default), each ``gpus`` = (nodes, GPUs per node), under
+    ``network`` (``fair`` or ``mltcp``, or such a :class:`Network`).
+
+    The pair is run in name order, whatever order it is given in: the engine's tie
+    breaks and the launch offset follow the job order, and a pair's CS must not depend
+    on which job was named first."""
+    fabric = fabric or seed_fabric()
+    pa, pb = _profile(model_a), _profile(model_b)
+    net = _network(network, fabric)
+    validate.integer(iterations, "iterations", 4, 10_000, "20")
+    validate.integer(seed, "seed", 0, 2**32 - 1, "0")
+    validate.number(warmup, "warmup", 0, 0.9, "0.5")
+    if (pb.name, 1) < (pa.name, 0):
+        return contention_sensitivity(pb, pa, fabric, gpus, placement, network,
+                                      iterations, seed, warmup).swapped()
+    first, second = _servers(fabric, gpus, placement)
+    per = gpus[1]
+
+    def job(p: catalogue.ModelProfile, name: str, servers: list[int], n: int,
+            start_s: float = 0.0) -> PlacedJob:
+        return PlacedJob(name, tuple((s, per) for s in servers), p.compute_s,
+                         p.gradient_bytes, n, start_s=start_s)
+
+    d = [job(pa, "a", first, 1).dedicated_iteration_s(fabric, seed),
+         job(pb, "b", second, 1).dedicated_iteration_s(fabric, seed)]
+    horizon = iterations * max(d)
+    # Iterations to record: enough for the run to go on up to 8x slower than alone.
+    n = [math.ceil(8 * horizon / x) + 2 for x in d]
+    targets = [horizon / x for x in d]
+    offset = float(np.random.default_rng(seed).uniform(0, LAUNCH_JITTER)) * d[1]
+    a, b = job(pa, "a", first, n[0]), job(pb, "b", second, n[1], offset)
+    alone = [_run(fabric, [a], targets[:1], horizon, net, seed, warmup)[0],
+             _run(fabric, [b], targets[1:], horizon, net, seed, warmup)[0]]
+    together = _run(fabric, [a, b], targets, horizon, net, seed, warmup)
+    return PairCS(pa.name, pb.name, net.name, placement, (gpus[0], per), alone[0], alone[1],
+                  together[0], together[1])
+
+
+@dataclass(frozen=True)
+class CSTable:
+    """CS of every ordered pair of ``models``: ``cs[i][j]`` is model i's CS next to
+    model j (001 Fig. 1: target row, co-located column)."""
+
+    models: tuple[str, ...]
+    network: str
+    placement: str
+    gpus: tuple[int, int]
+    cs: tuple[tuple[float, ...], ...]
+    pairs: tuple[PairCS, ...]
+
+    def markdown(self, digits: int = 2) -> str:
+        short = [m.split("/")[-1] for m in self.models]
+        head = f"| target \\ co-located ({self.network}) | " + " | ".join(short) + " |"
+        rows = [head, "|---" * (len(short) + 1) + "|"]
+        rows += [f"| {s} | " + " | ".join(f"{x:.{digits}f}" for x in row) + " |"
+                 for s, row in zip(short, self.cs, strict=True)]
+        return "\n".join(rows)
+
+    def to_json(self) -> str:
+        return json.dumps({"models": self.models, "network": self.network,
+                           "placement": self.placement, "gpus": self.gpus,
+                           "cs": self.cs,
+                           "pairs": [asdict(p) | {"cs_a": p.cs_a, "cs_b": p.cs_b}
+                                     for p in self.pairs]}, indent=1)
+
+
+def cs_table(models: Sequence[str] = SEED_MODELS, fabric: LeafSpine | None = None,
+             gpus: Sequence[int] = SEED_GPUS, placement: str = "shared",
+             network: str | Network = "fair", iterations: int = 20,
+             seed: int = 0) -> CSTable:
+    """:func:`contention_sensitivity` for every unordered pair of ``models`` (each with
+    itself too), each pair run once and filling both of its cells."""
+    models = tuple(_profile(m).name for m in models)
+    if not models or len(set(models)) != len(models):
+        raise SpecError("models", "must name distinct catalogue models", "e.g. deepshare/lm")
+    k = len(models)
+    cs = [[math.nan] * k for _ in range(k)]
+    pairs = []
+    for i in range(k):
+        for j in range(i, k):
+            p = contention_sensitivity(models[i], models[j], fabric, gpus, placement,
+                                       network, iterations, seed)
+            cs[i][j], cs[j][i] = p.cs_a, p.cs_b
+            if i == j:          # two jobs of one model: either is the target
+                cs[i][i] = (p.cs_a + p.cs_b) / 2
+            pairs.append(p)
+    name = _network(network, fabric or seed_fabric()).name
+    return CSTable(models, name, placement, (gpus[0], gpus[1]),
+                   tuple(tuple(r) for r in cs), tuple(pairs))
+
+
+if __name__ == "__main__":      # python -m mltcp.lab.cluster.contention [iterations]
+    import sys
+    its = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+    for scheme in ("fair", "mltcp"):
+        print(cs_table(network=scheme, iterations=its).markdown(), end="\n\n")
