@@ -22,8 +22,8 @@ from mltcp.lab.cluster.ada_srsf import (
     threshold,
 )
 from mltcp.lab.cluster.fabric import LeafSpine
-from mltcp.lab.cluster.jobs import JobRequest, PlacedJob
-from mltcp.lab.cluster.lwf import comm_s_per_iteration, lwf, remaining_workload
+from mltcp.lab.cluster.jobs import JobRequest, PlacedJob, ring_comm_s
+from mltcp.lab.cluster.lwf import lwf, remaining_workload
 from mltcp.lab.cluster.network import fair
 from mltcp.lab.cluster.scheduler import Allocation, ClusterView, QueuedJob, RunningJob
 from mltcp.lab.cluster.sim import ClusterSim
@@ -59,8 +59,8 @@ def _view(running: tuple[RunningJob, ...] = ()) -> ClusterView:
 def test_workload_is_remaining_compute_and_contention_free_comm_times_gpus() -> None:
     req = _req("a", 8, iterations=10, compute=0.1, nbytes=100e6)
     nic = float(FABRIC.capacities()[0])
-    assert comm_s_per_iteration(FABRIC, 100e6, 1) == 0.0
-    assert comm_s_per_iteration(FABRIC, 100e6, 2) == pytest.approx(100e6 / nic)
+    assert ring_comm_s(FABRIC, 100e6, 1) == 0.0
+    assert ring_comm_s(FABRIC, 100e6, 2) == pytest.approx(100e6 / nic)
     assert remaining_workload(FABRIC, req, 4, None) == pytest.approx(6 * 0.1 * 8)
     assert remaining_workload(FABRIC, req, 4, 2) == pytest.approx(6 * (0.1 + 100e6 / nic) * 8)
 

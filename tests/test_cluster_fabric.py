@@ -194,8 +194,7 @@ def test_a_job_runs_one_ring_per_rail_each_hashed_on_its_own() -> None:
 
 
 def test_communication_is_priced_at_all_of_a_servers_rails() -> None:
-    from mltcp.lab.cluster.jobs import JobRequest
-    from mltcp.lab.cluster.lwf import comm_s_per_iteration
+    from mltcp.lab.cluster.jobs import JobRequest, ring_comm_s
     from mltcp.lab.cluster.orders import expected_iteration_s
 
     four = LeafSpine(2, 2, 4, gpus_per_server=4, server_gbit=25, rails=4)
@@ -203,7 +202,7 @@ def test_communication_is_priced_at_all_of_a_servers_rails() -> None:
     req = JobRequest("j", 0.0, 12, 0.1, 60e6, 10)
     assert expected_iteration_s(req, four) == pytest.approx(expected_iteration_s(req, one))
     assert expected_iteration_s(req, four) > 0.1
-    assert comm_s_per_iteration(four, 60e6, 3) == pytest.approx(
-        comm_s_per_iteration(one, 60e6, 3))
-    assert comm_s_per_iteration(four, 60e6, 3) == pytest.approx(
+    assert ring_comm_s(four, 60e6, 3) == pytest.approx(
+        ring_comm_s(one, 60e6, 3))
+    assert ring_comm_s(four, 60e6, 3) == pytest.approx(
         2 * 2 / 3 * 60e6 / (4 * four.capacities()[0]))

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from mltcp.core import validate
 from mltcp.core.errors import SpecError
+from mltcp.lab.cluster.jobs import ring_bytes
 from mltcp.lab.cluster.sim import JobRequest
 
 MIB = 2**20
@@ -113,9 +114,7 @@ def ring_allreduce_s(gradient_bytes: float, servers: int, gbit: float) -> float:
     """A ring all-reduce of ``gradient_bytes`` over ``servers`` at ``gbit`` line rate:
     each server sends ``2 (m - 1) / m`` of the bytes (no header overhead, no latency).
     The derivations below use it at m = 2, where a server sends the bytes once."""
-    if servers <= 1:
-        return 0.0
-    return 2 * (servers - 1) / servers * gradient_bytes * 8 / (gbit * 1e9)
+    return ring_bytes(gradient_bytes, servers) * 8 / (gbit * 1e9)
 
 
 # --- 004: Ada-SRSF (Table III on a V100, Eq. 2's fit on 10 GbE) -----------------------

@@ -36,6 +36,18 @@ def check_costs(field: str, compute_s: object, gradient_bytes: object,
     validate.integer(iterations, f"{field}.iterations", 1, 10**9, "1000")
 
 
+def ring_bytes(gradient_bytes: float, servers: int) -> float:
+    """Bytes each of ``servers`` sends to the next in a ring all-reduce of
+    ``gradient_bytes``: ``2 (m - 1) / m`` of them (0 on one server)."""
+    return 2 * (servers - 1) / servers * gradient_bytes if servers > 1 else 0.0
+
+
+def ring_comm_s(fabric: LeafSpine, gradient_bytes: float, servers: int) -> float:
+    """A ring all-reduce over ``servers`` servers alone on the network: the ring's bytes
+    at the payload rate of a server's NICs together (all its rails)."""
+    return ring_bytes(gradient_bytes, servers) / fabric.server_payload_bytes_s
+
+
 @dataclass(frozen=True)
 class JobRequest:
     """A job as it arrives: how many GPUs it asks for and what one iteration costs
@@ -94,8 +106,7 @@ class PlacedJob:
 
     def ring_bytes(self) -> float:
         """Bytes each server sends to the next per iteration (0 on one server)."""
-        m = len(self.gpus)
-        return 2 * (m - 1) / m * self.gradient_bytes if m > 1 else 0.0
+        return ring_bytes(self.gradient_bytes, len(self.gpus))
 
     def flow_bytes(self, fabric: LeafSpine) -> float:
         """Bytes each of the ring's flows carries per iteration: the server's ring bytes

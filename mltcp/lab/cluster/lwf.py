@@ -34,8 +34,8 @@ out of the seed's rule rather than patched:
 
 Servers of equal workload keep index order.  ``E_J`` is the ring's bytes at the
 payload rate of a server's NICs, all its rails together (the seed's ``a + bM`` with
-``a = 0``: the fluid model has no per-message latency), 0 on one server, as
-:func:`mltcp.lab.cluster.orders.expected_iteration_s` prices it.
+``a = 0``: the fluid model has no per-message latency), 0 on one server
+(:func:`mltcp.lab.cluster.jobs.ring_comm_s`, as SRTF prices it too).
 """
 
 from __future__ import annotations
@@ -46,18 +46,8 @@ import numpy as np
 
 from mltcp.core import validate
 from mltcp.lab.cluster.fabric import LeafSpine
-from mltcp.lab.cluster.jobs import JobRequest
+from mltcp.lab.cluster.jobs import JobRequest, ring_comm_s
 from mltcp.lab.cluster.scheduler import Allocation, ClusterView, PlacementFn, QueuedJob
-
-
-def comm_s_per_iteration(fabric: LeafSpine, gradient_bytes: float, servers: int) -> float:
-    """``E_J`` per iteration: the ring all-reduce over ``servers`` servers, alone on the
-    network (each server sends ``2 (m - 1) / m`` of the gradient at its NICs' rate, all
-    its rails together)."""
-    if servers < 2:
-        return 0.0
-    nic = fabric.server_payload_bytes_s
-    return 2 * (servers - 1) / servers * gradient_bytes / nic
 
 
 def remaining_workload(fabric: LeafSpine, request: JobRequest, done: int,
@@ -67,7 +57,7 @@ def remaining_workload(fabric: LeafSpine, request: JobRequest, done: int,
     rule for ranking queued jobs: their communication is unknown before placement)."""
     per = request.compute_s
     if servers is not None:
-        per += comm_s_per_iteration(fabric, request.gradient_bytes, servers)
+        per += ring_comm_s(fabric, request.gradient_bytes, servers)
     return (request.iterations - done) * per * request.gpus
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from mltcp.core.errors import SpecError
 from mltcp.lab.cluster.fabric import LeafSpine
-from mltcp.lab.cluster.jobs import JobRequest
+from mltcp.lab.cluster.jobs import JobRequest, ring_comm_s
 from mltcp.lab.cluster.scheduler import OrderKey, QueuedJob, RunningJob
 
 
@@ -27,10 +27,7 @@ def expected_iteration_s(job: JobRequest, fabric: LeafSpine) -> float:
     at the payload rate of a server's NICs together, all its rails (what the job would
     take alone, consolidated)."""
     servers = math.ceil(job.gpus / fabric.gpus_per_server)
-    if servers < 2:
-        return job.compute_s
-    nic = fabric.server_payload_bytes_s
-    return job.compute_s + 2 * (servers - 1) / servers * job.gradient_bytes / nic
+    return job.compute_s + ring_comm_s(fabric, job.gradient_bytes, servers)
 
 
 def fifo(fabric: LeafSpine) -> OrderKey:
