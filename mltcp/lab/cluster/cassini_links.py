@@ -38,7 +38,7 @@ Where this differs from the thesis, and why:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -132,10 +132,11 @@ class SharedLinks:
     groups: tuple[tuple[str, ...], ...]
 
 
-def shared_links(fabric: LeafSpine, traffics: Sequence[Traffic], lockstep: float
-                 ) -> SharedLinks:
+def shared_links(fabric: LeafSpine, traffics: Sequence[Traffic], lockstep: float,
+                 step_deg: float = DEFAULT_STEP_DEG) -> SharedLinks:
     """Merged shared links of ``traffics`` (names unique), periods lock-stepped within
-    each group of jobs that share links with each other."""
+    each group of jobs that share links with each other (the whole group where some
+    link's circle at ``step_deg`` would be unbounded)."""
     on: dict[int, list[Traffic]] = {}
     for t in traffics:
         for link in sorted(t.links()):
@@ -146,7 +147,7 @@ def shared_links(fabric: LeafSpine, traffics: Sequence[Traffic], lockstep: float
     for group in groups:
         own = lockstep_periods({t.name: t.period_s for t in group}, lockstep)
         names = {t.name for t in group}
-        if not all(_has_circle([_demand(t, link, own[t.name]) for t in ts])
+        if not all(_has_circle([_demand(t, link, own[t.name]) for t in ts], step_deg)
                    for link, ts in shared.items() if ts[0].name in names):
             # Some link's periods have no bounded unified circle at any resolution
             # (e.g. 300, 400, 500 and 700 ms: 42 s at 100 ms): the whole group (a job's
@@ -221,19 +222,23 @@ def closes_loop(job_links: Mapping[str, Sequence[str]], job: str) -> bool:
     return False
 
 
-def _has_circle(jobs: Sequence[JobDemand]) -> bool:
-    """Whether ``jobs`` have a unified circle of at most ``MAX_LINK_BINS`` bins at some
-    resolution of :data:`RESOLUTIONS_MS` (the check :func:`solve_link` makes first)."""
+def _circles(jobs: Sequence[JobDemand], step_deg: float) -> Iterator[tuple[float, float]]:
+    """(resolution, angle step) of ``jobs``' unified circle at each resolution of
+    :data:`RESOLUTIONS_MS` (up to the shortest period) where it has at most
+    ``MAX_LINK_BINS`` bins, finest first."""
     shortest = min(j.period_ms for j in jobs)
     for resolution in RESOLUTIONS_MS:
         if resolution > shortest and resolution != RESOLUTIONS_MS[0]:
-            break
+            return
         try:
-            _link_step(jobs, DEFAULT_STEP_DEG, resolution)
+            yield resolution, _link_step(jobs, step_deg, resolution)
         except SpecError:
             continue
-        return True
-    return False
+
+
+def _has_circle(jobs: Sequence[JobDemand], step_deg: float) -> bool:
+    """Whether ``jobs`` have a bounded unified circle (what :func:`solve_link` needs)."""
+    return next(_circles(jobs, step_deg), None) is not None
 
 
 def _link_step(jobs: Sequence[JobDemand], step_deg: float, resolution_ms: float) -> float:
@@ -327,12 +332,8 @@ def solve_link(jobs: Sequence[JobDemand], capacity: float, step_deg: float = DEF
 
 def _solve_bounded(jobs: Sequence[JobDemand], capacity: float, step_deg: float,
                    link: str) -> LinkFit | None:
-    shortest = min(j.period_ms for j in jobs)
-    for resolution in RESOLUTIONS_MS:
-        if resolution > shortest and resolution != RESOLUTIONS_MS[0]:
-            break
+    for resolution, step in _circles(jobs, step_deg):
         try:
-            step = _link_step(jobs, step_deg, resolution)
             found = best_rotations(jobs, capacity, step, link, resolution_ms=resolution)
         except SpecError as err:
             if err.field not in ("periods_ms", "step_deg"):

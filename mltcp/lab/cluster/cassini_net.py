@@ -80,7 +80,7 @@ def shift_plan(fabric: LeafSpine, traffics: Sequence[Traffic], step_deg: float =
     """Per shared link the best rotations (centred, :meth:`LinkFit.centred`), then one
     shift per job (Algorithm 1); a loop keeps the breadth-first tree's constraints (the
     links it breaks are not honoured)."""
-    links = shared_links(fabric, traffics, lockstep)
+    links = shared_links(fabric, traffics, lockstep, step_deg)
     fits = {k: _centred_fit(links.jobs[k], links.capacity[k], step_deg, k, cache)
             for k in links.jobs}
     with warnings.catch_warnings():

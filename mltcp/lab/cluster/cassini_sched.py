@@ -136,7 +136,7 @@ def rank_candidates(fabric: LeafSpine, others: Sequence[Traffic],
             group += [t for t, _ in reached]
             frontier = set().union(*(ls for _, ls in reached)) - seen
             seen = seen | frontier
-        links = shared_links(fabric, group, lockstep)
+        links = shared_links(fabric, group, lockstep, step_deg)
         if closes_loop(links.job_links, cand.name):
             continue
         scores = [solve_link(links.jobs[k], links.capacity[k], step_deg, k, cache).score
