@@ -213,14 +213,14 @@ class _Run:
         out = []
         for seg in segments:
             i = index.get(id(seg))
-            done = it_s = 0.0
+            done, it_s = 0, 0.0
             if i is not None and self.st is not None:
                 done = int(self.st.it[i])
                 if done:
                     c = fluid_engine.column(self.st, done - 1)
                     it_s = float(self.st.end[i, c] - self.st.start[i, c])
             held = (self.t - seg.job.start_s) * seg.job.gpu_count
-            out.append(RunningJob(seg.job, seg.request, seg.done_before + int(done),
+            out.append(RunningJob(seg.job, seg.request, seg.done_before + done,
                                   seg.attained_before + held, it_s))
         return tuple(out)
 
