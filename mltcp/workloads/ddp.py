@@ -89,7 +89,10 @@ def train(run: RunSpec) -> int:
     else:
         device = torch.device("cpu")
     try:
-        dist.init_process_group(net.backend, init_method="env://")
+        # NCCL is told its GPU up front (else its first barrier guesses the device
+        # and warns: seen on an H200 with torch 2.11)
+        bound = {"device_id": device} if device.type == "cuda" else {}
+        dist.init_process_group(net.backend, init_method="env://", **bound)
     except BaseException:
         h.close()
         raise
