@@ -9,7 +9,7 @@ and re-apply them: at every scheduling moment (each of the scheduler's rounds,
 the jobs that are early are held back.  Links are shared by standard congestion control
 (max-min fair) meanwhile: Cassini changes no congestion control.  The simulator tells a
 network with a ``delays`` method when each running job's Up phase starts and applies the
-holds it answers (:meth:`mltcp.lab.cluster.sim._Run._hold_back`).
+holds it answers (:meth:`mltcp.lab.cluster.sim.Run._hold_back`).
 
 Where this differs from the thesis, and why:
 
@@ -202,7 +202,7 @@ class CassiniNetwork(Network):
     def delays(self, fabric: LeafSpine, seed: int, running: Sequence[RunningJob],
                comm_start_s: Sequence[float], now: float) -> list[float]:
         """Seconds to hold back each running job's next communication (the simulator's
-        hook, :meth:`mltcp.lab.cluster.sim._Run._hold_back`)."""
+        hook, :meth:`mltcp.lab.cluster.sim.Run._hold_back`)."""
         key = (fabric, seed, tuple((r.name, r.job.gpus, r.job.spines, r.job.compute_s,
                                     r.job.gradient_bytes) for r in running))
         plan = self._plans.get(key)

@@ -27,6 +27,7 @@ from mltcp.lab.cluster.network import Network
 from mltcp.lab.cluster.scheduler import (
     Allocation,
     ClusterView,
+    Decision,
     QueuedJob,
     RunningJob,
     Scheduler,
@@ -154,11 +155,15 @@ class ClusterSim:
         self.seed, self.f_steps = seed, f_steps
 
     def run(self, max_events: int = 10**9) -> ClusterResult:
-        sim = _Run(self)
-        return sim.run(max_events)
+        return self.start().run(max_events)
+
+    def start(self) -> Run:
+        """A run at time 0, to be stepped by a caller that decides itself (the RL
+        scheduler's training environment) instead of :meth:`run`."""
+        return Run(self)
 
 
-class _Run:
+class Run:
     """One run's state: the engine's jobs (``segments``, in the engine's job order), the
     queue, the free GPUs, and the records of the jobs' times."""
 
@@ -175,11 +180,11 @@ class _Run:
 
     # -- what the scheduler sees
 
-    def _running(self) -> tuple[RunningJob, ...]:
+    def running(self) -> tuple[RunningJob, ...]:
         return self._running_of(self.segments)
 
-    def _view(self) -> ClusterView:
-        return ClusterView(self.fabric, self.t, self.free.copy(), self._running(),
+    def view(self) -> ClusterView:
+        return ClusterView(self.fabric, self.t, self.free.copy(), self.running(),
                            tuple(self.queue), self.sim.rng)
 
     # -- changes to the running set
@@ -257,7 +262,10 @@ class _Run:
                                         rec.preemptions, req.model))
 
     def _schedule(self) -> None:
-        decision = self.sim.scheduler.decide(self._view())
+        self.apply(self.sim.scheduler.decide(self.view()))
+
+    def apply(self, decision: Decision) -> None:
+        """Preempt and start what ``decision`` says (one rebuild of the engine)."""
         gone = {name for name in decision.preempt}
         keep = []
         for i, seg in enumerate(self.segments):
@@ -290,7 +298,7 @@ class _Run:
             comm[j] = st.heap_key[n_flows + j] if st.heap_pos[n_flows + j] >= 0 else \
                 st.comm_start[j, fluid_engine.column(st, i)] + \
                 st.jitter[j, fluid_engine.column(st, i + 1)]
-        delays = network.delays(self.fabric, self.sim.seed, self._running(), comm, self.t)
+        delays = network.delays(self.fabric, self.sim.seed, self.running(), comm, self.t)
         for j, hold in enumerate(delays or ()):
             if not hold > 0 or not st.running[j]:
                 continue
@@ -299,41 +307,61 @@ class _Run:
             else:
                 st.jitter[j, fluid_engine.column(st, int(st.it[j]) + 1)] += hold
 
-    # -- the loop
+    # -- the loop (public steps: an environment that decides itself drives them)
+
+    @property
+    def finished(self) -> bool:
+        return not (self.arrivals or self.queue or self.segments)
+
+    def admit(self) -> None:
+        """Queue the jobs that have arrived by now."""
+        while self.arrivals and self.arrivals[0].arrival_s <= self.t:
+            self.queue.append(QueuedJob(self.arrivals.pop(0)))
+
+    def next_arrival_s(self) -> float:
+        return self.arrivals[0].arrival_s if self.arrivals else math.inf
+
+    def advance(self, moment: float, max_events: int) -> None:
+        """Run the engine to ``moment`` or the first job's end before it, whichever
+        comes first, and retire the jobs that ended (their GPUs free); with nothing
+        running, time jumps to ``moment``."""
+        if not self.segments:
+            self.t = max(self.t, moment)
+            return
+        status = fluid_engine.advance_until(self.st, moment, max_events - self.events)
+        if status == fluid_engine.STUCK:
+            raise SpecError("cluster", "flows with bytes left get no capacity",
+                            "give every link a rate > 0")
+        if status == fluid_engine.TOO_MANY_EVENTS:
+            raise SpecError("max_events", f"more than {max_events} events",
+                            "raise max_events or simulate fewer jobs")
+        self.t = moment if status == fluid_engine.RUNNING else self.st.t
+        done = [i for i in range(len(self.segments)) if not self.st.running[i]]
+        if done:
+            for i in done:
+                self._stop(i, preempted=False)
+            self._rebuild([s for i, s in enumerate(self.segments) if i not in done])
+
+    def result(self) -> ClusterResult:
+        events = self.events + (self.st.events if self.st is not None else 0)
+        sched = getattr(self.sim.scheduler, "name", "")
+        return ClusterResult(tuple(sorted(self.outcomes, key=lambda o: o.name)),
+                             self.fabric.gpus, events, sched, self.sim.network.name)
 
     def run(self, max_events: int) -> ClusterResult:
         round_s = float(self.sim.scheduler.round_s)
         next_round = round_s if round_s > 0 else math.inf
-        while self.arrivals or self.queue or self.segments:
-            while self.arrivals and self.arrivals[0].arrival_s <= self.t:
-                self.queue.append(QueuedJob(self.arrivals.pop(0)))
+        while not self.finished:
+            self.admit()
             self._schedule()
             self._hold_back()
-            next_arrival = self.arrivals[0].arrival_s if self.arrivals else math.inf
             if not self.segments:
                 if not self.arrivals:
                     raise SpecError("jobs", f"{self.queue[0].name} never fits the free GPUs",
                                     "ask for fewer GPUs")
-                self.t = next_arrival
+                self.t = self.next_arrival_s()
                 continue
-            moment = min(next_arrival, next_round)
-            status = fluid_engine.advance_until(self.st, moment, max_events - self.events)
-            if status == fluid_engine.STUCK:
-                raise SpecError("cluster", "flows with bytes left get no capacity",
-                                "give every link a rate > 0")
-            if status == fluid_engine.TOO_MANY_EVENTS:
-                raise SpecError("max_events", f"more than {max_events} events",
-                                "raise max_events or simulate fewer jobs")
-            self.t = moment if status == fluid_engine.RUNNING else self.st.t
+            self.advance(min(self.next_arrival_s(), next_round), max_events)
             if self.t >= next_round:
                 next_round = self.t + round_s
-            done = [i for i in range(len(self.segments)) if not self.st.running[i]]
-            if done:
-                for i in done:
-                    self._stop(i, preempted=False)
-                self._rebuild([s for i, s in enumerate(self.segments) if i not in done])
-        if self.st is not None:
-            self.events += self.st.events
-        sched = getattr(self.sim.scheduler, "name", "")
-        return ClusterResult(tuple(sorted(self.outcomes, key=lambda o: o.name)),
-                             self.fabric.gpus, self.events, sched, self.sim.network.name)
+        return self.result()
