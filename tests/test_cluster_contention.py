@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 from mltcp.core.errors import SpecError
@@ -12,6 +13,7 @@ from mltcp.lab.cluster import catalogue
 from mltcp.lab.cluster.contention import (
     SEED_MODELS,
     contention_sensitivity,
+    cs_grid,
     cs_table,
     seed_fabric,
 )
@@ -150,3 +152,41 @@ def test_table_refuses_repeated_models():
     with pytest.raises(SpecError) as err:
         cs_table(["deepshare/lm", "deepshare/lm"])
     assert err.value.field == "models"
+
+
+# --- 001 Fig. 1's grids: jobs of different shapes
+
+
+def test_jobs_of_different_shapes_share_their_common_nodes():
+    p = contention_sensitivity("deepshare/fsdp", "deepshare/moe", gpus=(2, 2), gpus_b=(4, 1),
+                               iterations=ITERATIONS)
+    q = contention_sensitivity("deepshare/moe", "deepshare/fsdp", gpus=(4, 1), gpus_b=(2, 2),
+                               iterations=ITERATIONS)
+    assert p.gpus == (2, 2) and p.gpus_b == (4, 1)
+    assert (q.cs_a, q.cs_b) == pytest.approx((p.cs_b, p.cs_a))     # order does not matter
+    assert p.cs_a > 1.2 and p.cs_b > 1.2
+
+
+def test_a_shared_node_must_hold_both_jobs():
+    with pytest.raises(SpecError, match="gpus.per_node"):
+        contention_sensitivity("deepshare/lm", "deepshare/lm", gpus=(2, 4), gpus_b=(2, 6))
+    with pytest.raises(SpecError, match="gpus_b"):
+        contention_sensitivity("deepshare/lm", "deepshare/lm", gpus_b=(3,))
+
+
+def test_grid_cells_are_the_pairs_cs():
+    shapes = ((2, 2), (4, 2))
+    grid = cs_grid(("deepshare/lm", "deepshare/fsdp"), iterations=ITERATIONS, shapes=shapes)
+    p = contention_sensitivity("deepshare/fsdp", "deepshare/lm", gpus=(4, 2), gpus_b=(2, 2),
+                               iterations=ITERATIONS)
+    assert grid.block("deepshare/fsdp", "deepshare/lm")[1, 0] == pytest.approx(p.cs_a)
+    assert grid.block("deepshare/lm", "deepshare/fsdp")[0, 1] == pytest.approx(p.cs_b)
+    assert grid.maximum("deepshare/fsdp", "deepshare/lm") >= p.cs_a
+    assert not np.isnan(grid.block("deepshare/lm", "deepshare/lm")).any()
+    # the NIC carries a server's ring share whatever its GPU count: GPUs per node do not
+    # change CS in this model, nodes do
+    wide = cs_grid(("deepshare/fsdp",), iterations=ITERATIONS,
+                   shapes=((2, 1), (2, 4), (4, 1)))
+    b = wide.block("deepshare/fsdp", "deepshare/fsdp")
+    assert b[0, 2] == pytest.approx(b[1, 2], rel=1e-3)
+    assert b[0, 0] != pytest.approx(b[0, 2], rel=1e-3)

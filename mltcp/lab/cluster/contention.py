@@ -42,6 +42,7 @@ import numpy as np
 from mltcp.core import validate
 from mltcp.core.errors import SpecError
 from mltcp.lab.cluster import catalogue, registry
+from mltcp.lab.cluster.deepshare import fabric as seed_fabric
 from mltcp.lab.cluster.fabric import LeafSpine
 from mltcp.lab.cluster.jobs import PlacedJob, engine_state
 from mltcp.lab.cluster.network import Network
@@ -54,13 +55,6 @@ MAX_EVENTS = 50_000_000
 LAUNCH_JITTER = 0.01            # the second job starts up to this x its iteration late
 
 
-def seed_fabric() -> LeafSpine:
-    """001 §VI's cluster: four 8-GPU nodes, one NIC each on 40 Gbit/s InfiniBand (one
-    switch: a leaf with one spine that no flow crosses)."""
-    return LeafSpine(leaves=1, servers_per_leaf=4, spines=1, gpus_per_server=8,
-                     server_gbit=40.0)
-
-
 @dataclass(frozen=True)
 class PairCS:
     """Two co-located jobs: each one's steady iteration time alone (``alone_*``) and
@@ -71,11 +65,12 @@ class PairCS:
     model_b: str
     network: str
     placement: str
-    gpus: tuple[int, int]          # nodes x GPUs per node, each job
+    gpus: tuple[int, int]          # nodes x GPUs per node of job a (and of b, by default)
     alone_a_s: float
     alone_b_s: float
     together_a_s: float
     together_b_s: float
+    gpus_b: tuple[int, int] | None = None     # job b's shape where it differs
 
     @property
     def cs_a(self) -> float:
@@ -86,8 +81,10 @@ class PairCS:
         return self.together_b_s / self.alone_b_s
 
     def swapped(self) -> PairCS:
-        return PairCS(self.model_b, self.model_a, self.network, self.placement, self.gpus,
-                      self.alone_b_s, self.alone_a_s, self.together_b_s, self.together_a_s)
+        return PairCS(self.model_b, self.model_a, self.network, self.placement,
+                      self.gpus_b or self.gpus, self.alone_b_s, self.alone_a_s,
+                      self.together_b_s, self.together_a_s,
+                      None if self.gpus_b is None else self.gpus)
 
 
 def _network(network: str | Network, fabric: LeafSpine) -> Network:
@@ -98,24 +95,32 @@ def _network(network: str | Network, fabric: LeafSpine) -> Network:
     return net
 
 
-def _servers(fabric: LeafSpine, gpus: object, placement: str) -> tuple[list[int], list[int]]:
-    """The servers of the first and second job (ring order) for ``placement``."""
+def _shape(fabric: LeafSpine, gpus: object, field_: str) -> tuple[int, int]:
     if not (isinstance(gpus, tuple | list) and len(gpus) == 2):
-        raise SpecError("gpus", f"must be (nodes, GPUs per node) (got {gpus!r})",
+        raise SpecError(field_, f"must be (nodes, GPUs per node) (got {gpus!r})",
                         "e.g. (4, 4): 4 nodes with 4 GPUs each")
-    nodes = validate.integer(gpus[0], "gpus.nodes", 1, fabric.servers, "4")
-    per = validate.integer(gpus[1], "gpus.per_node", 1, fabric.gpus_per_server, "4")
+    return (validate.integer(gpus[0], f"{field_}.nodes", 1, fabric.servers, "4"),
+            validate.integer(gpus[1], f"{field_}.per_node", 1, fabric.gpus_per_server, "4"))
+
+
+def _servers(fabric: LeafSpine, gpus: object, placement: str, gpus_b: object = None
+             ) -> tuple[list[int], list[int]]:
+    """The servers of the first and second job (ring order) for ``placement``; the
+    second job is ``gpus_b`` (nodes, GPUs per node), the first's shape by default."""
+    nodes, per = _shape(fabric, gpus, "gpus")
+    nodes_b, per_b = (nodes, per) if gpus_b is None else _shape(fabric, gpus_b, "gpus_b")
     validate.choice(placement, "placement", PLACEMENTS)
-    shift = {"shared": 0, "partial": max(nodes // 2, 1), "disjoint": nodes}[placement]
-    if shift + nodes > fabric.servers:
-        raise SpecError("gpus.nodes", f"{placement} placement of two {nodes}-node jobs needs "
-                        f"{shift + nodes} servers, the cluster has {fabric.servers}",
-                        "use fewer nodes or another placement")
-    if shift < nodes and 2 * per > fabric.gpus_per_server:
-        raise SpecError("gpus.per_node", f"two jobs of {per} GPUs do not fit a shared "
-                        f"{fabric.gpus_per_server}-GPU server",
-                        f"use at most {fabric.gpus_per_server // 2}")
-    return list(range(nodes)), list(range(shift, shift + nodes))
+    shift = {"shared": 0, "partial": max(min(nodes, nodes_b) // 2, 1),
+             "disjoint": nodes}[placement]
+    if shift + nodes_b > fabric.servers:
+        raise SpecError("gpus.nodes", f"{placement} placement of a {nodes}- and a "
+                        f"{nodes_b}-node job needs {shift + nodes_b} servers, the cluster "
+                        f"has {fabric.servers}", "use fewer nodes or another placement")
+    if shift < nodes and per + per_b > fabric.gpus_per_server:
+        raise SpecError("gpus.per_node", f"jobs of {per} and {per_b} GPUs per node do not "
+                        f"fit a shared {fabric.gpus_per_server}-GPU server",
+                        f"use at most {fabric.gpus_per_server} GPUs per node together")
+    return list(range(nodes)), list(range(shift, shift + nodes_b))
 
 
 def _steady_s(st: fluid_engine.EngineState, j: int, t_from: float, t_to: float) -> float:
@@ -157,9 +162,11 @@ def contention_sensitivity(model_a: str | catalogue.ModelProfile,
                            model_b: str | catalogue.ModelProfile, fabric: LeafSpine | None = None,
                            gpus: Sequence[int] = SEED_GPUS, placement: str = "shared",
                            network: str | Network = "fair", iterations: int = 20,
-                           seed: int = 0, warmup: float = 0.5) -> PairCS:
+                           seed: int = 0, warmup: float = 0.5,
+                           gpus_b: Sequence[int] | None = None) -> PairCS:
     """The CS of ``model_a`` and ``model_b`` (catalogue names or profiles) co-located on ``fabric``
-    (001's cluster by default), each ``gpus`` = (nodes, GPUs per node), under
+    (001's cluster by default), each ``gpus`` = (nodes, GPUs per node) (``model_b``
+    ``gpus_b`` where given: 001 Fig. 1's grids pair jobs of different sizes), under
     ``network`` (``fair`` or ``mltcp``, or such a :class:`Network`).
 
     The pair is run in name order, whatever order it is given in: the engine's tie
@@ -172,14 +179,16 @@ def contention_sensitivity(model_a: str | catalogue.ModelProfile,
     validate.integer(seed, "seed", 0, 2**32 - 1, "0")
     validate.number(warmup, "warmup", 0, 0.9, "0.5")
     if (pb.name, 1) < (pa.name, 0):
-        return contention_sensitivity(pb, pa, fabric, gpus, placement, network,
-                                      iterations, seed, warmup).swapped()
-    first, second = _servers(fabric, gpus, placement)
-    per = gpus[1]
+        return contention_sensitivity(pb, pa, fabric, gpus_b or gpus, placement, network,
+                                      iterations, seed, warmup,
+                                      None if gpus_b is None else gpus).swapped()
+    first, second = _servers(fabric, gpus, placement, gpus_b)
+    per, per_b = gpus[1], (gpus_b or gpus)[1]
 
     def job(p: catalogue.ModelProfile, name: str, servers: list[int], n: int,
             start_s: float = 0.0) -> PlacedJob:
-        return PlacedJob(name, tuple((s, per) for s in servers), p.compute_s,
+        each = per if name == "a" else per_b
+        return PlacedJob(name, tuple((s, each) for s in servers), p.compute_s,
                          p.gradient_bytes, n, start_s=start_s)
 
     d = [job(pa, "a", first, 1).dedicated_iteration_s(fabric, seed),
@@ -194,7 +203,8 @@ def contention_sensitivity(model_a: str | catalogue.ModelProfile,
              _run(fabric, [b], targets[1:], horizon, net, seed, warmup)[0]]
     together = _run(fabric, [a, b], targets, horizon, net, seed, warmup)
     return PairCS(pa.name, pb.name, net.name, placement, (gpus[0], per), alone[0], alone[1],
-                  together[0], together[1])
+                  together[0], together[1],
+                  None if gpus_b is None else (gpus_b[0], per_b))
 
 
 @dataclass(frozen=True)
@@ -248,6 +258,87 @@ def cs_table(models: Sequence[str] = SEED_MODELS, fabric: LeafSpine | None = Non
     name = _network(network, fabric or seed_fabric()).name
     return CSTable(models, name, placement, (gpus[0], gpus[1]),
                    tuple(tuple(r) for r in cs), tuple(pairs))
+
+
+# 001 Fig. 1's 6 x 6 grids: a job's CS for each of its shapes (rows) next to each of the
+# co-located job's (columns).  The shapes are the RL scheduler's placements that leave
+# room on a node for another job: 2 and 4 nodes x 1, 2, 4 GPUs (demands 2-16).
+GRID_SHAPES = ((2, 1), (2, 2), (2, 4), (4, 1), (4, 2), (4, 4))
+
+
+@dataclass(frozen=True)
+class CSGrid:
+    """``cs[t][c]``: for target model t and co-located model c, the 6 x 6 grid of t's CS
+    (rows: t's shape, columns: c's shape in :data:`GRID_SHAPES`), both jobs sharing
+    their first nodes (the smaller job's nodes are all shared)."""
+
+    models: tuple[str, ...]
+    network: str
+    shapes: tuple[tuple[int, int], ...]
+    cs: tuple[tuple[np.ndarray, ...], ...]
+
+    def block(self, target: str, colocated: str) -> np.ndarray:
+        return self.cs[self.models.index(target)][self.models.index(colocated)]
+
+    def maximum(self, target: str, colocated: str) -> float:
+        return float(self.block(target, colocated).max())
+
+    def to_json(self) -> dict:
+        return {"models": self.models, "network": self.network, "shapes": self.shapes,
+                "cs": [[b.round(4).tolist() for b in row] for row in self.cs]}
+
+
+def cs_grid(models: Sequence[str] = SEED_MODELS, network: str | Network = "fair",
+            iterations: int = 20, seed: int = 0,
+            shapes: Sequence[tuple[int, int]] = GRID_SHAPES) -> CSGrid:
+    """Every pair of ``models`` in every pair of ``shapes``, on 001's cluster (each
+    unordered pair of models and of shapes run once, filling both jobs' cells)."""
+    models = tuple(_profile(m).name for m in models)
+    k, n = len(models), len(shapes)
+    grid = [[np.full((n, n), np.nan) for _ in range(k)] for _ in range(k)]
+    for i in range(k):
+        for j in range(i, k):
+            for u in range(n):
+                for v in range(n):
+                    if i == j and v < u:
+                        continue
+                    p = contention_sensitivity(models[i], models[j], None, shapes[u],
+                                               "shared", network, iterations, seed,
+                                               gpus_b=shapes[v])
+                    if i == j and u == v:       # two alike jobs: either is the target
+                        grid[i][i][u, u] = (p.cs_a + p.cs_b) / 2
+                    else:
+                        grid[i][j][u, v], grid[j][i][v, u] = p.cs_a, p.cs_b
+    name = _network(network, seed_fabric()).name
+    return CSGrid(models, name, tuple(shapes), tuple(tuple(r) for r in grid))
+
+
+def plot_cs_grids(grids: Sequence[CSGrid], path: str) -> None:
+    """001 Fig. 1's layout, one panel per network: target models down, co-located
+    across, each cell a 6 x 6 grid of shapes."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(grids), figsize=(7.5 * len(grids), 6.6))
+    axes = np.atleast_1d(axes)
+    vmax = max(float(np.nanmax([b for row in g.cs for b in row])) for g in grids)
+    for ax, g in zip(axes, grids, strict=True):
+        whole = np.block([[b for b in row] for row in g.cs])
+        im = ax.imshow(whole, cmap="viridis", vmin=1.0, vmax=vmax)
+        n, short = len(g.shapes), [m.split("/")[-1] for m in g.models]
+        ticks = [n * i + (n - 1) / 2 for i in range(len(short))]
+        ax.set_xticks(ticks, short)
+        ax.set_yticks(ticks, short)
+        for x in range(1, len(short)):
+            ax.axhline(n * x - 0.5, color="white", lw=1.5)
+            ax.axvline(n * x - 0.5, color="white", lw=1.5)
+        ax.set_xlabel("co-located model (6 shapes each)")
+        ax.set_ylabel("target model (6 shapes each)")
+        ax.set_title(f"contention sensitivity, {g.network}")
+    fig.colorbar(im, ax=axes.tolist(), shrink=0.8, label="CS (together / alone)")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":      # python -m mltcp.lab.cluster.contention [iterations]
