@@ -3,7 +3,8 @@
 # and a virtual environment in .venv with mltcp installed (editable), the lab (numpy,
 # matplotlib, pyroute2), its test tools (pytest, ruff, scapy) and the sweep (Dask,
 # pandas, pyarrow), ns3 (ns-3 bindings, cppyy) and torch (PyTorch with its CUDA wheels,
-# several GB, and torchvision: the DDP workload and the hook's tests) extras, so that
+# several GB, and torchvision: the DDP workload and the hook's tests) and rl (Gymnasium,
+# stable-baselines3, sb3-contrib: the RL scheduler) extras, so that
 # every test runs.
 # ethtool is only for the test that compares the tuner's ioctl reads with it; iperf3 for
 # the CPU-bound datapath benchmark and the kernel-fault reproducer in docs/kernel-fault.
@@ -48,6 +49,6 @@ stamp=.venv/.mltcp-installed
 if [[ ! -f $stamp || pyproject.toml -nt $stamp || setup.py -nt $stamp ]]; then
   echo "setup: installing mltcp and its test tools into .venv" >&2
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e '.[lab,test,sweep,ns3,torch]'
+  .venv/bin/python -m pip install -q -e '.[lab,test,sweep,ns3,torch,rl]'
   touch "$stamp"
 fi

@@ -159,7 +159,9 @@ def test_each_setup_builds_the_same_jobs_for_a_seed_and_they_fit(key: str) -> No
     assert max(j.gpus for j in jobs) <= s.fabric.gpus
     assert len({j.name for j in jobs}) == len(jobs)
     assert all(j.model in catalogue.CATALOGUE for j in jobs)
-    assert s.schemes and s.results and s.mapping and s.workload_assumptions
+    assert s.schemes and s.mapping and s.workload_assumptions
+    # 001 gives numbers for its normal and low traces only (the others are plots)
+    assert s.results or key in ("deepshare-heavy", "deepshare-medium")
 
 
 def test_ada_srsf_setup_is_the_seeds_workload() -> None:
@@ -204,7 +206,7 @@ def test_reported_figures_agree_with_the_seeds_own_values() -> None:
     checked = 0
     for s in seed_setups.SETUPS.values():
         for r in s.results:
-            assert r.source[:4] in ("000 ", "003 ", "004 ")
+            assert r.source[:4] in ("000 ", "001 ", "003 ", "004 ")
             assert r.stated_pct is not None or r.stated_factor is not None or \
                 r.improvement_pct is not None
             if r.stated_pct is not None and r.improvement_pct is not None:

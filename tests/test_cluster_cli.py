@@ -113,3 +113,32 @@ def test_the_subcommands_are_registered() -> None:
             if hasattr(action, "choices") and isinstance(action.choices, dict):
                 todo.extend(action.choices.values())
     assert {"mltcp cluster run", "mltcp cluster schedulers"} <= progs
+
+
+@pytest.mark.parametrize(("argv", "names"), [
+    (["--w1", "2"], "--w1"), (["--trace", "busy"], "--trace"),
+    (["--timesteps", "3"], "--timesteps"), (["--round-s", "0"], "--round-s")])
+def test_rl_train_bad_flags_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                         argv: list[str], names: str) -> None:
+    pytest.importorskip("sb3_contrib", reason="rl-train needs mltcp[rl] (sb3-contrib)")
+    with pytest.raises(SystemExit) as exit_:
+        main(["cluster", "rl-train", "--out", str(tmp_path / "o"), *argv])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and names in err
+    assert not (tmp_path / "o").exists()            # nothing half done
+
+
+def test_rl_train_writes_a_policy_and_the_command_that_reproduces_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    pytest.importorskip("sb3_contrib", reason="rl-train needs mltcp[rl] (sb3-contrib)")
+    import json
+    out = tmp_path / "p"
+    assert main(["cluster", "rl-train", "--out", str(out), "--name", "tiny", "--jobs", "8",
+                 "--duration-s", "300", "--round-s", "30", "--timesteps", "96",
+                 "--n-steps", "32"]) == 0
+    record = json.loads((out / "tiny.json").read_text())
+    assert record["command"].startswith("mltcp cluster rl-train --out ")
+    assert "--timesteps 96" in record["command"] and "--round-s 30.0" in record["command"]
+    assert (out / "tiny.zip").is_file() and (out / "tiny-curves.png").is_file()
+    assert "rl-base@" in capsys.readouterr().out

@@ -47,3 +47,19 @@ def test_figures_of_another_experiment_of_the_seed_are_not_matched() -> None:
     assert len(ours) == 1 and ours[0].context.startswith("Poisson trace, data + model")
     assert ours[0].ours_pct == pytest.approx(20.0)
     assert all("another experiment" in r.ours for r in rows if r.ours_pct is None)
+
+
+def test_001s_jct_is_compared_as_end_minus_arrival_and_as_time_on_gpus() -> None:
+    cells = {("rl-base", "fair"): {"jct_mean_s": 80.0, "held_mean_s": 9.0,
+                                   "jct_p90_s": 100.0, "held_p90_s": 10.0},
+             ("deepshare-srtf", "fair"): {"jct_mean_s": 100.0, "held_mean_s": 10.0,
+                                          "jct_p90_s": 100.0, "held_p90_s": 20.0}}
+    rows = {(r.scheme, r.baseline, r.metric): r
+            for r in seed_compare.rows("deepshare-normal", cells)}
+    assert rows["RL-base", "SRTF", "average JCT"].ours_pct == pytest.approx(20.0)
+    assert rows["RL-base", "SRTF", "average JCT"].seed_pct == pytest.approx(15.4)
+    assert rows["RL-base", "SRTF", "average JCT (time on GPUs)"].ours_pct == \
+        pytest.approx(10.0)
+    assert rows["RL-base", "SRTF", "p90 JCT (time on GPUs)"].ours_pct == pytest.approx(50.0)
+    assert rows["RL-base", "LAS", "p90 JCT"].ours.startswith("not run here")
+    assert not seed_compare.rows("deepshare-heavy", cells)       # plotted only

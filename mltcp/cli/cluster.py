@@ -1,8 +1,9 @@
-"""Cluster experiments: ``mltcp cluster run`` and ``mltcp cluster schedulers``.
+"""Cluster experiments: ``mltcp cluster run``, ``rl-train`` and ``schedulers``.
 
 ``run`` takes an experiment config (:mod:`mltcp.lab.cluster.config`), runs every
 scheduler x network scheme x seed on the cluster simulator, here or on Dask, and writes
-the report (:mod:`mltcp.lab.cluster.report`).  ``schedulers`` lists what a config's
+the report (:mod:`mltcp.lab.cluster.report`).  ``rl-train`` trains the RL scheduler's
+policy (:mod:`mltcp.lab.cluster.rl_train`).  ``schedulers`` lists what a config's
 ``schedulers`` and ``networks`` may name.  Parsing imports nothing of the lab; the
 simulator (numpy, matplotlib) is imported when a command runs.
 """
@@ -38,6 +39,36 @@ def register(sub: Any) -> None:
                             "config)")
     rn.set_defaults(handler=cmd_run, teardown_signals=True)
 
+    tr = cls.add_parser("rl-train", help="train the RL contention-aware scheduler's policy "
+                                         "(seed 001) on the simulator; write NAME.zip, "
+                                         "NAME.json and NAME-curves.png")
+    tr.add_argument("--out", required=True, help="output directory")
+    tr.add_argument("--name", default="policy", help="file name stem (default: policy)")
+    tr.add_argument("--trace", default="normal", choices=("normal", "heavy", "medium", "low"),
+                    help="001's trace whose training job sets make the episodes "
+                         "(default: normal)")
+    tr.add_argument("--w1", type=args_.number(0, 1, "0.4"), default=0.4,
+                    help="reward weight of contention (W2 = 1 - W1; default 0.4, 001's "
+                         "branch B)")
+    tr.add_argument("--timesteps", type=args_.integer(64, 10**9, "60000"), default=60_000,
+                    help="training steps (scheduling decisions; default 60000)")
+    tr.add_argument("--jobs", type=args_.integer(1, 100_000, "256"), default=256,
+                    help="jobs per episode (default 256, 001's job sets)")
+    tr.add_argument("--duration-s", type=args_.number(1, 1e7, "3600"), default=3600.0,
+                    help="each job's time alone (default 3600, 001's hour)")
+    tr.add_argument("--round-s", type=args_.number(0.001, 1e6, "300", lo_open=True),
+                    default=300.0, help="scheduling round (default 300 s)")
+    tr.add_argument("--network", default="fair", choices=("fair", "mltcp"),
+                    help="congestion control under the episodes (default fair)")
+    tr.add_argument("--seed", type=args_.integer(0, 2**31 - 1, "0"), default=0)
+    tr.add_argument("--n-steps", type=args_.integer(16, 10**6, "2048"), default=2048,
+                    help="PPO's rollout length (default 2048)")
+    tr.add_argument("--gamma", type=args_.number(0, 1, "0.99", lo_open=True), default=0.99,
+                    help="PPO's discount per decision (default 0.99)")
+    tr.add_argument("--ent-coef", type=args_.number(0, 1, "0.01"), default=0.0,
+                    help="PPO's entropy bonus (default 0)")
+    tr.set_defaults(handler=cmd_rl_train, teardown_signals=True)
+
     sc = cls.add_parser("schedulers", help="the schedulers and network schemes a config "
                                            "may name")
     add_json_flag(sc, "{orders, placements, flags, named, networks}")
@@ -61,6 +92,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rl_train(args: argparse.Namespace) -> int:
+    import shlex
+
+    from mltcp.cli.lab import _out_dir
+    from mltcp.lab.cluster import rl_train
+
+    cfg = rl_train.TrainConfig(args.trace, args.w1, args.timesteps, args.jobs,
+                               args.duration_s, args.round_s, args.network, args.seed,
+                               args.n_steps, gamma=args.gamma, ent_coef=args.ent_coef)
+    _out_dir(args.out)
+    # the command that reproduces this policy, every setting spelt out
+    flags = ["--out", args.out, "--name", args.name, "--trace", cfg.trace, "--w1", cfg.w1,
+             "--timesteps", cfg.timesteps, "--jobs", cfg.jobs, "--duration-s", cfg.duration_s,
+             "--round-s", cfg.round_s, "--network", cfg.network, "--seed", cfg.seed,
+             "--n-steps", cfg.n_steps, "--gamma", cfg.gamma, "--ent-coef", cfg.ent_coef]
+    command = "mltcp cluster rl-train " + shlex.join(str(f) for f in flags)
+    result = rl_train.train(cfg, args.out, args.name, command=command)
+    print(f"policy {result.policy} ({result.train_s:.0f} s, {len(result.episodes)} "
+          f"episodes); run it as scheduler rl-base@{result.policy} or "
+          f"rl-hybrid@{result.policy}")
+    return 0
+
+
 def cmd_schedulers(args: argparse.Namespace) -> int:
     from mltcp.lab.cluster.orders import ORDERS
     from mltcp.lab.cluster.placement import POLICIES
@@ -76,5 +130,7 @@ def cmd_schedulers(args: argparse.Namespace) -> int:
     print(f"  orders:     {', '.join(known['orders'])}")
     print(f"  placements: {', '.join(known['placements'])}")
     print(f"  named:      {', '.join(known['named']) or '(none registered)'}")
+    print("  rl-base@POLICY.zip, rl-hybrid@POLICY.zip: the RL scheduler with a policy of "
+          "mltcp cluster rl-train")
     print(f"networks:     {', '.join(known['networks'])}")
     return 0

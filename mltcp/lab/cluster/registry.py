@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mltcp.core.errors import SpecError
-from mltcp.lab.cluster import ada_srsf, cassini_net, cassini_sched, vclos
+from mltcp.lab.cluster import ada_srsf, cassini_net, cassini_sched, deepshare, rl_sched, vclos
 from mltcp.lab.cluster import network as _network
 from mltcp.lab.cluster.fabric import LeafSpine
 from mltcp.lab.cluster.network import Network
@@ -25,9 +25,17 @@ from mltcp.lab.cluster.scheduler import QueueScheduler, Scheduler, placement_fro
 PREEMPT_ROUND_S = 60.0
 FLAGS = ("preempt", "backfill")
 
-NAMED: dict[str, Callable[[LeafSpine], Scheduler]] = {**ada_srsf.SCHEDULERS,
-                                                      **vclos.SCHEDULERS,
-                                                      "cassini": cassini_sched.cassini}
+NAMED: dict[str, Callable[[LeafSpine], Scheduler]] = {
+    **ada_srsf.SCHEDULERS, **vclos.SCHEDULERS, "cassini": cassini_sched.cassini,
+    "deepshare-las": lambda fabric: deepshare.baseline("las", fabric),
+    "deepshare-srtf": lambda fabric: deepshare.baseline("srtf", fabric),
+    "rl-base": lambda fabric: rl_sched.rl_scheduler("rl-base", fabric),
+    "rl-hybrid": lambda fabric: rl_sched.rl_scheduler("rl-hybrid", fabric),
+    **{name: (lambda fabric, name=name: rl_sched.rule_scheduler(name, fabric))
+       for name in ("deepshare-first-fit", "deepshare-random")},
+}
+# rl-base@PATH / rl-hybrid@PATH: the RL scheduler with the policy checkpoint at PATH
+POLICY_SEP = "@"
 
 NETWORKS: dict[str, Callable[[LeafSpine], Network]] = {
     "fair": _network.fair, "mltcp": _network.mltcp,
@@ -48,6 +56,9 @@ def scheduler(spec: str, fabric: LeafSpine) -> Scheduler:
     """The scheduler ``spec`` names on ``fabric``."""
     if spec in NAMED:
         return NAMED[spec](fabric)
+    kind, sep, policy = spec.partition(POLICY_SEP)
+    if sep and kind in ("rl-base", "rl-hybrid"):
+        return rl_sched.rl_scheduler(kind, fabric, policy)
     base, *flags = spec.split("+")
     order_name, sep, place_name = base.partition("/")
     fix = (f"write ORDER/PLACEMENT[+preempt][+backfill] with ORDER one of "

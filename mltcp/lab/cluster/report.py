@@ -57,6 +57,9 @@ METRICS: dict[str, str] = {
     "run_slowdown_mean": "time on GPUs / the job's dedicated run time (the network's cost, "
                          "waiting left out), mean over jobs",
     "run_slowdown_p99": "run slowdown, 99th percentile",
+    "held_mean_s": "time on GPUs (end - start less time preempted), mean over jobs "
+                   "(what 001's simulator counts as a job's JCT)",
+    "held_p90_s": "time on GPUs, 90th percentile",
     "preemptions": "times a job was sent back to the queue, summed over jobs",
 }
 
@@ -92,12 +95,14 @@ def run_metrics(result: ClusterResult) -> dict[str, float | int | None]:
     jct = result.jct_summary()
     slow = slowdown_summary(result)
     run = slowdown_summary(result, "run_slowdown")
+    held = [j.held_s for j in result.jobs]
     return {"jobs": len(result.jobs), "jct_mean_s": jct["mean"], "jct_p50_s": jct["p50"],
             "jct_p90_s": jct["p90"], "jct_p95_s": jct["p95"], "jct_p99_s": jct["p99"],
             "jwt_mean_s": jwt_mean(result),
             "makespan_s": result.makespan_s, "gpu_utilisation": result.gpu_utilisation(),
             "slowdown_mean": slow["mean"], "slowdown_p99": slow["p99"],
             "run_slowdown_mean": run["mean"], "run_slowdown_p99": run["p99"],
+            "held_mean_s": float(np.mean(held)), "held_p90_s": float(np.percentile(held, 90)),
             "preemptions": preemptions(result)}
 
 

@@ -50,6 +50,10 @@ CELLS: dict[str, dict[str, Cell]] = {
     "cassini-poisson": {
         "Th+Cassini": ("cassini", "cassini"), "Cassini": ("cassini", "cassini"),
         "Themis": ("fifo/first_fit", "fair")},
+    **{f"deepshare-{trace}": {
+        "RL-base": ("rl-base", "fair"), "RL-Hybrid": ("rl-hybrid", "fair"),
+        "LAS": ("deepshare-las", "fair"), "SRTF": ("deepshare-srtf", "fair")}
+       for trace in ("normal", "heavy", "medium", "low")},
 }
 
 # Contexts a setup's experiment reproduces (prefixes; absent: all of the seed's): the
@@ -68,6 +72,9 @@ METRICS: dict[str, tuple[str, bool]] = {
     "average iteration time": ("run_slowdown_mean", False),
     "p99 iteration time": ("run_slowdown_p99", False),
     "tail completion time": ("jct_p99_s", False),
+    "p90 JCT": ("jct_p90_s", False),
+    "average JCT (time on GPUs)": ("held_mean_s", False),
+    "p90 JCT (time on GPUs)": ("held_p90_s", False),
 }
 
 

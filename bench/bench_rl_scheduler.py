@@ -1,0 +1,189 @@
+"""The RL contention-aware scheduler (seed 001) against LAS and SRTF, fair and MLTCP.
+
+For each of 001's four traces, every job set in ``--sets`` is run under RL-base,
+RL-Hybrid (the shipped policy, or ``--policy``), LAS and SRTF as 001 runs them, each
+under fair sharing and under MLTCP, side by side in one run (the experiment runner:
+Dask with ``--parallel``).  Reported per trace and network: mean and p90 JCT (end -
+arrival), mean and p90 time on GPUs (what 001's simulator calls JCT), GPU utilisation,
+and the RL schedulers' reductions against LAS and SRTF next to the seed's (normal
+trace: -15.4 %/-18.2 % average, -16.4 %/-20.7 % p90 for RL-base).  Also measured: the
+policy's inference time per decision, and its training time (from the policy's record).
+
+    python bench/bench_rl_scheduler.py --sets 0-9 --parallel 2 \\
+        --out bench/results/rl-scheduler.json
+
+Writes the JSON, ``rl-scheduler.png`` (mean JCT and time on GPUs per scheduler) and a
+markdown summary next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from mltcp.lab.cluster import deepshare, registry, report, rl_sched
+from mltcp.lab.cluster.config import parse_config
+from mltcp.lab.cluster.experiment import execute
+from mltcp.lab.cluster.sim import ClusterSim
+
+SCHEDULERS = ("rl-base", "rl-hybrid", "deepshare-las", "deepshare-srtf",
+              "deepshare-first-fit", "deepshare-random")
+BASELINES = {"deepshare-las": "LAS", "deepshare-srtf": "SRTF"}
+METRICS = ("jct_mean_s", "jct_p90_s", "held_mean_s", "held_p90_s", "gpu_utilisation",
+           "run_slowdown_mean", "preemptions")
+SEED = {("rl-base", "SRTF", "mean"): 15.4, ("rl-base", "LAS", "mean"): 18.2,
+        ("rl-hybrid", "SRTF", "mean"): 12.1, ("rl-hybrid", "LAS", "mean"): 15.1,
+        ("rl-base", "SRTF", "p90"): 16.4, ("rl-base", "LAS", "p90"): 20.7,
+        ("rl-hybrid", "SRTF", "p90"): 16.4, ("rl-hybrid", "LAS", "p90"): 20.7}
+
+
+def _sets(text: str) -> list[int]:
+    if "-" in text:
+        a, b = text.split("-")
+        return list(range(int(a), int(b) + 1))
+    return [int(x) for x in text.split(",")]
+
+
+def reductions(cells: dict[tuple[str, str], dict], network: str, rl: str) -> dict:
+    """``rl``'s reduction (percent) against each baseline under ``network``, on JCT
+    and on time on GPUs, mean and p90."""
+    out = {}
+    mine = cells[rl, network]
+    for base, label in BASELINES.items():
+        other = cells[base, network]
+        for stat in ("mean", "p90"):
+            for kind, key in (("jct", f"jct_{stat}_s"), ("on_gpus", f"held_{stat}_s")):
+                out[f"{kind}_{stat}_vs_{label}"] = 100 * (other[key] - mine[key]) / other[key]
+    return out
+
+
+def inference_time(policy: str | None, sets: list[int]) -> dict:
+    """RL-base on the normal trace's first set, in this process: decisions and the
+    policy's time per decision."""
+    net = deepshare.fabric()
+    spec = "rl-base" if policy is None else f"rl-base@{policy}"
+    sched = registry.scheduler(spec, net)
+    t0 = time.monotonic()
+    ClusterSim(net, deepshare.job_set("normal", sets[0]), sched,
+               registry.network("fair", net), sets[0]).run()
+    return {"decisions": sched.decisions, "inference_s": sched.inference_s,
+            "per_decision_ms": 1e3 * sched.inference_s / max(sched.decisions, 1),
+            "run_s": time.monotonic() - t0}
+
+
+def plot(summary: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    traces = list(summary)
+    networks = list(next(iter(summary.values()))["cells"])
+    fig, axes = plt.subplots(2, len(traces), figsize=(4.2 * len(traces), 7), squeeze=False)
+    width = 0.8 / len(SCHEDULERS)
+    for col, trace in enumerate(traces):
+        for row, (key, label) in enumerate((("jct_mean_s", "mean JCT (h)"),
+                                            ("held_mean_s", "mean time on GPUs (h)"))):
+            ax = axes[row][col]
+            for i, sched in enumerate(SCHEDULERS):
+                ys = [summary[trace]["cells"][net][sched][key] / 3600 for net in networks]
+                ax.bar(np.arange(len(networks)) + i * width, ys, width, label=sched)
+            ax.set_xticks(np.arange(len(networks)) + 0.4 - width / 2, networks)
+            ax.set_ylabel(label)
+            ax.set_title(f"{trace} trace")
+            ax.grid(axis="y", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def markdown(summary: dict, timing: dict) -> str:
+    lines = ["| trace | network | scheduler | JCT mean (h) | JCT p90 (h) | on GPUs mean (h) "
+             "| on GPUs p90 (h) | util | run slowdown | preemptions |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for trace, s in summary.items():
+        for net, cells in s["cells"].items():
+            for sched, c in cells.items():
+                lines.append(
+                    f"| {trace} | {net} | {sched} | {c['jct_mean_s'] / 3600:.2f} | "
+                    f"{c['jct_p90_s'] / 3600:.2f} | {c['held_mean_s'] / 3600:.3f} | "
+                    f"{c['held_p90_s'] / 3600:.3f} | {c['gpu_utilisation']:.3f} | "
+                    f"{c['run_slowdown_mean']:.3f} | {c['preemptions']:.0f} |")
+    lines += ["", "| trace | network | RL | vs | JCT mean | JCT p90 | on GPUs mean | "
+              "on GPUs p90 | seed (mean / p90) |", "|---|---|---|---|---|---|---|---|---|"]
+    for trace, s in summary.items():
+        for net, per_rl in s["reductions"].items():
+            for rl, red in per_rl.items():
+                for label in BASELINES.values():
+                    seed = (f"{SEED[rl, label, 'mean']} / {SEED[rl, label, 'p90']} %"
+                            if trace == "normal" else "")
+                    lines.append(
+                        f"| {trace} | {net} | {rl} | {label} | "
+                        f"{red[f'jct_mean_vs_{label}']:+.1f} % | "
+                        f"{red[f'jct_p90_vs_{label}']:+.1f} % | "
+                        f"{red[f'on_gpus_mean_vs_{label}']:+.1f} % | "
+                        f"{red[f'on_gpus_p90_vs_{label}']:+.1f} % | {seed} |")
+    lines += ["", f"inference: {timing['per_decision_ms']:.2f} ms per decision "
+              f"({timing['decisions']} decisions in one 256-job run)"]
+    if "train_s" in timing:
+        lines.append(f"training: {timing['train_s']:.0f} s for {timing['episodes']} episodes "
+                     f"({timing['train_s'] / max(timing['episodes'], 1):.1f} s per 256-job "
+                     "episode; the seed: under a minute)")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--traces", default=",".join(deepshare.TRACES))
+    p.add_argument("--sets", default="0-9", help="job sets: 0-9 or 0,3,5")
+    p.add_argument("--networks", default="fair,mltcp")
+    p.add_argument("--policy", default=None, help="a policy .zip (default: the shipped one)")
+    p.add_argument("--parallel", type=int, default=1)
+    p.add_argument("--out", default="bench/results/rl-scheduler.json")
+    a = p.parse_args()
+    sets, networks = _sets(a.sets), a.networks.split(",")
+    scheds = [s if s.startswith("deepshare") or a.policy is None else f"{s}@{a.policy}"
+              for s in SCHEDULERS]   # the rules (deepshare-first-fit, -random): ablations
+    summary: dict = {}
+    started = time.monotonic()
+    for trace in a.traces.split(","):
+        cfg = parse_config({"name": f"deepshare-{trace}", "schedulers": scheds,
+                            "networks": networks, "seeds": sets,
+                            "jobs": {"setup": f"deepshare-{trace}"}})
+        rep = report.build(execute(cfg, a.parallel))
+        by_cell = {(c["scheduler"].split("@")[0], c["network"]): c for c in rep["cells"]}
+        summary[trace] = {
+            "sets": sets,
+            "cells": {net: {s: {m: by_cell[s, net][m] for m in METRICS} for s in SCHEDULERS}
+                      for net in networks},
+            "reductions": {net: {rl: reductions(by_cell, net, rl)
+                                 for rl in ("rl-base", "rl-hybrid")} for net in networks},
+            "vs_fair": rep["vs_fair"], "seed_figures": rep["seed_figures"]}
+        print(f"{trace}: done ({time.monotonic() - started:.0f} s)", file=sys.stderr,
+              flush=True)
+    timing = inference_time(a.policy, sets)
+    record = Path(a.policy).with_suffix(".json") if a.policy else \
+        rl_sched.shipped_path().with_suffix(".json")
+    if record.is_file():
+        meta = json.loads(record.read_text())
+        timing.update(train_s=meta["train_s"], episodes=len(meta["episodes"]),
+                      policy=meta["name"], command=meta["command"])
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"command": " ".join(sys.argv), "summary": summary,
+                               "timing": timing, "wall_s": time.monotonic() - started},
+                              indent=1) + "\n")
+    plot(summary, out.with_suffix(".png"))
+    text = markdown(summary, timing)
+    out.with_suffix(".md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
