@@ -44,29 +44,31 @@ def register(sub: Any) -> None:
                                          "NAME.json and NAME-curves.png")
     tr.add_argument("--out", required=True, help="output directory")
     tr.add_argument("--name", default="policy", help="file name stem (default: policy)")
-    tr.add_argument("--trace", default="normal", choices=("normal", "heavy", "medium", "low"),
+    tr.add_argument("--trace", choices=("normal", "heavy", "medium", "low"),
                     help="001's trace whose training job sets make the episodes "
                          "(default: normal)")
-    tr.add_argument("--w1", type=args_.number(0, 1, "0.4"), default=0.4,
-                    help="reward weight of contention (W2 = 1 - W1; default 0.4, 001's "
-                         "branch B)")
-    tr.add_argument("--timesteps", type=args_.integer(64, 10**9, "60000"), default=60_000,
-                    help="training steps (scheduling decisions; default 60000)")
-    tr.add_argument("--jobs", type=args_.integer(1, 100_000, "256"), default=256,
-                    help="jobs per episode (default 256, 001's job sets)")
-    tr.add_argument("--duration-s", type=args_.number(1, 1e7, "3600"), default=3600.0,
-                    help="each job's time alone (default 3600, 001's hour)")
+    tr.add_argument("--w1", type=args_.number(0, 1, "0.4"),
+                    help="reward weight of contention, 0..1 (W2 = 1 - W1; default 0.4, "
+                         "001's branch B)")
+    tr.add_argument("--timesteps", type=args_.integer(64, 10**9, "60000"),
+                    help="training steps (scheduling decisions), 64..10^9 (default 60000)")
+    tr.add_argument("--jobs", type=args_.integer(1, 100_000, "256"),
+                    help="jobs per episode, 1..100000 (default 256, 001's job sets)")
+    tr.add_argument("--duration-s", type=args_.number(1, 1e7, "3600"),
+                    help="each job's time alone in seconds, 1..10^7 (default 3600, 001's "
+                         "hour)")
     tr.add_argument("--round-s", type=args_.number(0.001, 1e6, "300", lo_open=True),
-                    default=300.0, help="scheduling round (default 300 s)")
-    tr.add_argument("--network", default="fair", choices=("fair", "mltcp"),
+                    help="scheduling round in seconds, > 0.001 (default 300)")
+    tr.add_argument("--network", choices=("fair", "mltcp"),
                     help="congestion control under the episodes (default fair)")
-    tr.add_argument("--seed", type=args_.integer(0, 2**31 - 1, "0"), default=0)
-    tr.add_argument("--n-steps", type=args_.integer(16, 10**6, "2048"), default=2048,
-                    help="PPO's rollout length (default 2048)")
-    tr.add_argument("--gamma", type=args_.number(0, 1, "0.99", lo_open=True), default=0.99,
-                    help="PPO's discount per decision (default 0.99)")
-    tr.add_argument("--ent-coef", type=args_.number(0, 1, "0.01"), default=0.0,
-                    help="PPO's entropy bonus (default 0)")
+    tr.add_argument("--seed", type=args_.integer(0, 2**31 - 1, "0"),
+                    help="the policy's and the episodes' random seed, 0..2^31-1 (default 0)")
+    tr.add_argument("--n-steps", type=args_.integer(16, 10**6, "2048"),
+                    help="PPO's rollout length, 16..10^6 (default 2048)")
+    tr.add_argument("--gamma", type=args_.number(0, 1, "0.99", lo_open=True),
+                    help="PPO's discount per decision, > 0 and <= 1 (default 0.99)")
+    tr.add_argument("--ent-coef", type=args_.number(0, 1, "0.01"),
+                    help="PPO's entropy bonus, 0..1 (default 0)")
     tr.set_defaults(handler=cmd_rl_train, teardown_signals=True)
 
     sc = cls.add_parser("schedulers", help="the schedulers and network schemes a config "
@@ -98,9 +100,11 @@ def cmd_rl_train(args: argparse.Namespace) -> int:
     from mltcp.cli.lab import _out_dir
     from mltcp.lab.cluster import rl_train
 
-    cfg = rl_train.TrainConfig(args.trace, args.w1, args.timesteps, args.jobs,
-                               args.duration_s, args.round_s, args.network, args.seed,
-                               args.n_steps, gamma=args.gamma, ent_coef=args.ent_coef)
+    given = {k: getattr(args, k) for k in ("trace", "w1", "timesteps", "jobs", "duration_s",
+                                            "round_s", "network", "seed", "n_steps",
+                                            "gamma", "ent_coef")
+             if getattr(args, k) is not None}
+    cfg = rl_train.TrainConfig(**given)       # the defaults are TrainConfig's
     _out_dir(args.out)
     # the command that reproduces this policy, every setting spelt out
     flags = ["--out", args.out, "--name", args.name, "--trace", cfg.trace, "--w1", cfg.w1,

@@ -61,6 +61,7 @@ JOBS_PER_SET = 256                 # 001 §VI: "ten job sets each with 256 ... j
 SETS_PER_TRACE = 10
 DURATION_S = 3600.0                # 001 §VI: one hour alone
 ROUND_S = 300.0                    # 001's released code: round_dur = 300 s
+W1 = 0.4                           # Eq. 2's contention weight: 001's branch B (0.4, 0.6)
 MIN_ITERATION_S = 0.25
 NODE_COUNTS = (2, 4)               # 2^i nodes, i >= 1: 001 never places on one node
 

@@ -43,6 +43,7 @@ from mltcp.lab.cluster.fabric import LeafSpine
 from mltcp.lab.cluster.scheduler import Allocation, ClusterView, QueuedJob, RunningJob
 
 CS_CAP = 3.0
+PREEMPT_CS = 1 / 0.6    # 001's code: a job below 0.6 of its ideal throughput is preempted
 MODEL_CODE = {m: (i + 1) / len(deepshare.MODELS) for i, m in enumerate(deepshare.MODELS)}
 
 

@@ -37,12 +37,10 @@ from mltcp.core import validate
 from mltcp.lab.cluster import deepshare, rl_encoding
 from mltcp.lab.cluster.jobs import JobRequest
 from mltcp.lab.cluster.network import Network, fair
-from mltcp.lab.cluster.rl_encoding import CSMeter, Layout
+from mltcp.lab.cluster.rl_encoding import PREEMPT_CS, CSMeter, Layout
 from mltcp.lab.cluster.scheduler import Decision
 from mltcp.lab.cluster.sim import ClusterSim, Run
 
-PREEMPT_CS = 1 / 0.6               # 001's code: preempt below 0.6 of the ideal throughput
-W1 = 0.4                           # 001's branch B (W1, W2) = (0.4, 0.6), its figures' branch
 MAX_EVENTS = 10**9
 
 
@@ -66,7 +64,7 @@ class ContentionEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, job_sets: JobSets, network: Network | None = None, w1: float = W1,
+    def __init__(self, job_sets: JobSets, network: Network | None = None, w1: float = deepshare.W1,
                  round_s: float = deepshare.ROUND_S, preempt_cs: float | None = PREEMPT_CS,
                  max_steps: int = 20_000, seed: int = 0) -> None:
         self.fabric = deepshare.fabric()

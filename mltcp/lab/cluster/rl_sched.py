@@ -31,10 +31,9 @@ import numpy as np
 from mltcp.core.errors import CapabilityError, SpecError
 from mltcp.lab.cluster import deepshare, rl_encoding
 from mltcp.lab.cluster.fabric import LeafSpine
-from mltcp.lab.cluster.rl_encoding import CSMeter, Layout
+from mltcp.lab.cluster.rl_encoding import PREEMPT_CS, CSMeter, Layout
 from mltcp.lab.cluster.scheduler import ClusterView, Decision, QueuedJob
 
-PREEMPT_CS = 1 / 0.6
 MAX_PLACEMENTS = 64                # per moment: a guard, far above what 32 GPUs hold
 SHIPPED = "deepshare-normal-w0.4"
 

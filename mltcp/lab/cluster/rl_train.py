@@ -35,7 +35,7 @@ TRAIN_SETS = tuple(range(100, 110))     # the comparison evaluates on sets 0..9
 @dataclass(frozen=True)
 class TrainConfig:
     trace: str = "normal"
-    w1: float = 0.4
+    w1: float = deepshare.W1
     timesteps: int = 60_000
     jobs: int = deepshare.JOBS_PER_SET
     duration_s: float = deepshare.DURATION_S
