@@ -670,21 +670,14 @@ def _fill_scan(links, n_links, li, bstamp, fv, fi, flow_links, link_flows, lv, o
             f = link_flows[p]
             if fi[f, _FROZEN]:
                 continue
-            fi[f, _FROZEN] = 1
-            r = fv[f, _W] * fill
-            fv[f, _RATE] = r
-            fv[f, _LEVEL] = fill
-            fi[f, _FZ] = k
+            r = _freeze(f, k, fill, fv, fi)
             d = r - fv[f, _ROLD]
             for q in range(fi[f, _P0], fi[f, _P1]):
                 k2 = flow_links[q]
                 n_near = _move_load(k2, d, lv, li, near, n_near, nstamp)
                 if li[k2, _BMARK] != bstamp:
                     continue
-                lv[k2, _LEFT] -= r
-                lv[k2, _WSUM] -= fv[f, _W]
-                li[k2, _UNFROZEN] -= 1
-                lv[k2, _INMAX] = fill
+                _release(k2, r, fv[f, _W], fill, lv, li)
                 if li[k2, _UNFROZEN] > 0:
                     okey[li[k2, _OPOS]] = max(lv[k2, _LEFT], 0.0) / lv[k2, _WSUM]
                 else:
@@ -719,21 +712,14 @@ def _fill_heap(links, n_links, li, bstamp, fv, fi, flow_links, link_flows, lv, l
             f = link_flows[p]
             if fi[f, _FROZEN]:
                 continue
-            fi[f, _FROZEN] = 1
-            r = fv[f, _W] * fill
-            fv[f, _RATE] = r
-            fv[f, _LEVEL] = fill
-            fi[f, _FZ] = k
+            r = _freeze(f, k, fill, fv, fi)
             d = r - fv[f, _ROLD]
             for q in range(fi[f, _P0], fi[f, _P1]):
                 k2 = flow_links[q]
                 n_near = _move_load(k2, d, lv, li, near, n_near, nstamp)
                 if li[k2, _BMARK] != bstamp:
                     continue
-                lv[k2, _LEFT] -= r
-                lv[k2, _WSUM] -= fv[f, _W]
-                li[k2, _UNFROZEN] -= 1
-                lv[k2, _INMAX] = fill
+                _release(k2, r, fv[f, _W], fill, lv, li)
                 if k2 == k:
                     continue
                 if li[k2, _UNFROZEN] == 0:
@@ -742,6 +728,28 @@ def _fill_heap(links, n_links, li, bstamp, fv, fi, flow_links, link_flows, lv, l
                     _heap_set(lheap, lpos, lkey, lcount, k2,
                               max(max(lv[k2, _LEFT], 0.0) / lv[k2, _WSUM], fill))
     return n_near
+
+
+@_inlined
+def _freeze(f, k, fill, fv, fi):  # type: ignore[no-untyped-def]
+    """Flow f freezes at level ``fill`` on link k (the link that filled): its rate is its
+    weight x the level.  Returns the rate.  Both fill orders (scan, heap) freeze here."""
+    fi[f, _FROZEN] = 1
+    r = fv[f, _W] * fill
+    fv[f, _RATE] = r
+    fv[f, _LEVEL] = fill
+    fi[f, _FZ] = k
+    return r
+
+
+@_inlined
+def _release(k, r, w, fill, lv, li):  # type: ignore[no-untyped-def]
+    """Link k of the region loses a flow that froze at rate r (weight w) at level
+    ``fill``: what is left of its capacity and its unfrozen weight shrink."""
+    lv[k, _LEFT] -= r
+    lv[k, _WSUM] -= w
+    li[k, _UNFROZEN] -= 1
+    lv[k, _INMAX] = fill
 
 
 @_inlined
