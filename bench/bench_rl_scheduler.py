@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mltcp.core import validate
 from mltcp.lab.cluster import deepshare, registry, report, rl_sched
 from mltcp.lab.cluster.config import parse_config
 from mltcp.lab.cluster.experiment import execute
@@ -40,13 +41,6 @@ SEED = {("rl-base", "SRTF", "mean"): 15.4, ("rl-base", "LAS", "mean"): 18.2,
         ("rl-hybrid", "SRTF", "mean"): 12.1, ("rl-hybrid", "LAS", "mean"): 15.1,
         ("rl-base", "SRTF", "p90"): 16.4, ("rl-base", "LAS", "p90"): 20.7,
         ("rl-hybrid", "SRTF", "p90"): 16.4, ("rl-hybrid", "LAS", "p90"): 20.7}
-
-
-def _sets(text: str) -> list[int]:
-    if "-" in text:
-        a, b = text.split("-")
-        return list(range(int(a), int(b) + 1))
-    return [int(x) for x in text.split(",")]
 
 
 def reductions(cells: dict[tuple[str, str], dict], network: str, rl: str) -> dict:
@@ -146,7 +140,7 @@ def main() -> int:
     p.add_argument("--parallel", type=int, default=1)
     p.add_argument("--out", default="bench/results/rl-scheduler.json")
     a = p.parse_args()
-    sets, networks = _sets(a.sets), a.networks.split(",")
+    sets, networks = list(validate.seeds(a.sets, "--sets")), a.networks.split(",")
     scheds = [s if s.startswith("deepshare") or a.policy is None else f"{s}@{a.policy}"
               for s in SCHEDULERS]   # the rules (deepshare-first-fit, -random): ablations
     summary: dict = {}

@@ -196,6 +196,6 @@ class CSMeter:
                 del self._mark[name]
                 self.cs.pop(name, None)
 
-    def mean(self) -> float:
-        """Mean CS of the jobs measured (1 when none is)."""
-        return float(np.mean(list(self.cs.values()))) if self.cs else 1.0
+    def excess(self) -> float:
+        """Mean over the jobs measured of CS - 1 (0 when none is): Eq. 2's CS term."""
+        return float(np.mean([c - 1 for c in self.cs.values()])) if self.cs else 0.0

@@ -160,8 +160,7 @@ class ContentionEnv(gym.Env):
             run.admit()
             dt = run.t - t
             self.meter.update(run.running(), run.t)
-            cs_term = float(np.mean([c - 1 for c in self.meter.cs.values()])) \
-                if self.meter.cs else 0.0
+            cs_term = self.meter.excess()
             used = held / total
             reward += (-self.w1 * cs_term + (1 - self.w1) * used) * dt / self.round_s
             cs_sum, used_sum, span = cs_sum + cs_term * dt, used_sum + used * dt, span + dt
