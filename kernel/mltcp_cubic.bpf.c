@@ -24,7 +24,7 @@
  * ECN or loss signal per round can rein in, and the flows lost thousands of
  * packets.
  * The curve's shape, HyStart, fast convergence and beta are untouched.
- * The window is set from cong_control() (mltcp.h: mltcp_control_begin), not
+ * The window is set from cong_control() (mltcp_window.h: mltcp_control_begin), not
  * cong_avoid(): the reduction (PRR) runs on the ssthresh this module decided, so
  * a garbage ssthresh()/undo_cwnd() return (a kernel fault, docs/known-issues.md)
  * never becomes the window (set_state(), cwnd_event() and min_tso_segs(), asked
@@ -33,6 +33,9 @@
  * CUBIC exactly.
  */
 #include "mltcp.h"
+#include "mltcp_classify.h"
+#include "mltcp_window.h"
+#include "mltcp_f.h"
 
 extern void cubictcp_init(struct sock *sk) __ksym;
 extern __u32 cubictcp_recalc_ssthresh(struct sock *sk) __ksym;

@@ -20,12 +20,15 @@
  * If ECN was not negotiated the flow behaves as (MLTCP-)Reno: halving on
  * loss, no alpha.  The ops set TCP_CONG_NEEDS_ECN so that ECN is negotiated
  * on SYN/SYN-ACK whatever the sysctl says.  The window is set from
- * cong_control() (mltcp.h: mltcp_control_begin), not cong_avoid(), so a garbage
+ * cong_control() (mltcp_window.h: mltcp_control_begin), not cong_avoid(), so a garbage
  * ssthresh()/undo_cwnd() return (the same kernel fault) never becomes the window
  * (set_state(), cwnd_event() and min_tso_segs(), asked before every transmission,
  * contain it on the paths that skip cong_control()).
  */
 #include "mltcp.h"
+#include "mltcp_classify.h"
+#include "mltcp_window.h"
+#include "mltcp_f.h"
 
 extern void tcp_reno_cong_avoid(struct sock *sk, __u32 ack, __u32 acked) __ksym;
 

@@ -7,7 +7,7 @@
  * by the flow's job's F(bytes_ratio), so the window grows F segments per RTT
  * instead of one.  Slow start, ssthresh (halve on loss) and undo are the
  * kernel's own functions, called as kfuncs.  The window is set from
- * cong_control() (mltcp.h: mltcp_control_begin), not cong_avoid(): the
+ * cong_control() (mltcp_window.h: mltcp_control_begin), not cong_avoid(): the
  * reduction (PRR) runs on the ssthresh this module decided, so a garbage
  * ssthresh()/undo_cwnd() return (a kernel fault, docs/known-issues.md) never
  * becomes the window; with F = 1 the window follows the kernel's Reno exactly.
@@ -18,6 +18,9 @@
  * cong_control().
  */
 #include "mltcp.h"
+#include "mltcp_classify.h"
+#include "mltcp_window.h"
+#include "mltcp_f.h"
 
 extern void tcp_reno_cong_avoid(struct sock *sk, __u32 ack, __u32 acked) __ksym;
 extern __u32 tcp_reno_ssthresh(struct sock *sk) __ksym;

@@ -7,7 +7,7 @@
  * it runs when a socket listens, connects or is accepted.  It finds the
  * socket's job - from this attachment's cgroup storage (written by the control
  * plane right after attaching) or else from the prefix and port rules
- * (mltcp_rule_lookup, mltcp.h) - tags the socket with the job id (sk storage,
+ * (mltcp_rule_lookup, mltcp_classify.h) - tags the socket with the job id (sk storage,
  * inherited by accepted children) and selects the job's MLTCP congestion
  * control with bpf_setsockopt().  The tag is written first so that the
  * module's init() already sees it.  Sockets of no job are left alone.
@@ -21,6 +21,7 @@
  * counterpart to depart from.
  */
 #include "mltcp.h"
+#include "mltcp_classify.h"
 
 #define SOL_TCP 6
 #define TCP_CONGESTION 13

@@ -102,7 +102,7 @@ class _TestRunOpts(ctypes.Structure):
 
 
 def test_the_kernels_f_is_the_python_f(tmp_path, bpf_host):
-    """One F: the datapath's mltcp_f_fixed (compiled from kernel/mltcp.h into a test
+    """One F: the datapath's mltcp_f_fixed (compiled from kernel/mltcp_f.h into a test
     program, run by the kernel with BPF_PROG_TEST_RUN) gives, case for case, what
     mltcp.core.aggressiveness.f_fixed gives, on a grid that reaches every bound."""
     from mltcp.core.aggressiveness import f_fixed

@@ -2,7 +2,7 @@
 
 F = intercept + slope * clamp(bytes_ratio, 0, 1), optionally capped, is defined once
 (mltcp.core.aggressiveness) and evaluated in five places: the float form users
-configure, the Q16.16 form the kernel runs (``mltcp_f_fixed`` in kernel/mltcp.h), its
+configure, the Q16.16 form the kernel runs (``mltcp_f_fixed`` in kernel/mltcp_f.h), its
 vectorised twin over integer arrays (the DCQCN model's queue pairs), the float form
 compiled by numba (the fluid model's engine) and ns-3's ``Aggressiveness::FFixed``.
 This file checks the Python forms against each other on a grid that reaches the

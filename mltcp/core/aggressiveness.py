@@ -9,7 +9,7 @@ This module is the one definition of F.  The kernel has no floating point, so it
 evaluates F in Q16.16 fixed point: the float :class:`Aggressiveness` is what users
 configure; :class:`FixedAggressiveness` is what the eBPF program receives;
 :func:`f_fixed` and :func:`scale_acked` are the *exact* integer operations the kernel
-(``mltcp_f_fixed`` in kernel/mltcp.h) and the ns-3 classes (``Aggressiveness::FFixed``
+(``mltcp_f_fixed`` in kernel/mltcp_f.h) and the ns-3 classes (``Aggressiveness::FFixed``
 in mltcp/lab/ns3/mltcp_tracker.h) perform, on Python ints or on numpy integer arrays
 alike (the DCQCN model evaluates every queue pair at once); :func:`f_float` is the
 float form, which the fluid model's compiled engine evaluates for every flow.  The parameter

@@ -8,8 +8,8 @@ Where they come from, in order:
    from a bpftool-generated ``vmlinux.h`` with ``-g`` are CO-RE: libbpf relocates their
    kernel-structure accesses against the running kernel's BTF at load, so a host needs
    no compiler.  A pre-built object is used only when the digest of its inputs (the
-   source, the shared header, the flags) equals that of the sources in use, so an edited
-   source is never shadowed by a stale object.
+   source, every header, the flags) equals that of the sources in use, so an edited
+   source or header is never shadowed by a stale object.
 2. **Built here** with clang against this kernel's BTF, cached by a content hash (the
    sources, the BTF, the flags), so every ``mltcp load`` can call :func:`build_object`
    without paying for a compile.  This is the development path and the fallback.
@@ -34,7 +34,7 @@ from mltcp.core.errors import CapabilityError, MltcpError
 
 BTF_PATH = Path("/sys/kernel/btf/vmlinux")
 CLANG_FLAGS = ["-O2", "-g", "-Wall", "-Werror", "-target", "bpf", "-D__TARGET_ARCH_x86"]
-SHARED_HEADER = "mltcp.h"
+SHARED_HEADER = "mltcp.h"   # the ABI and maps header: marks a directory of eBPF sources
 # Every object the datapath loads (doctor and the wheel build these).
 OBJECTS = ("mltcp_reno", "mltcp_cubic", "mltcp_dctcp", "mltcp_sockops", "ecn_marker")
 PACKAGE_BPF = Path(__file__).resolve().parent / "bpf"
@@ -165,12 +165,16 @@ def _digest(*parts: bytes) -> str:
 
 def source_digest(name: str, src_dir: Path | None = None) -> str:
     """What an object is made of, independent of the kernel it will run on (CO-RE):
-    its source, the shared header and the compiler flags."""
+    its source, every header of the source directory (``*.h``, by name, each with its
+    name: the modules include several, so a change to any of them rebuilds) and the
+    compiler flags."""
     src_dir = src_dir or kernel_source_dir()
     src = src_dir / f"{name}.bpf.c"
     if not src.is_file():
         raise MltcpError(f"no eBPF source {src.name} in {src_dir}")
-    return _digest(src.read_bytes(), (src_dir / SHARED_HEADER).read_bytes(),
+    headers = sorted(src_dir.glob("*.h"), key=lambda p: p.name)
+    return _digest(src.read_bytes(), *(part for h in headers
+                                       for part in (h.name.encode(), h.read_bytes())),
                    " ".join(CLANG_FLAGS).encode())
 
 

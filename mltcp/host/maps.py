@@ -139,7 +139,7 @@ class Marker(ctypes.Structure):
 
 class Health(ctypes.Structure):
     """How often the kernel fault of docs/known-issues.md reached a module and was kept
-    away from the window (kernel/mltcp.h: mltcp_control_begin)."""
+    away from the window (kernel/mltcp_window.h: mltcp_control_begin)."""
     _fields_ = [("ssthresh_overrides", ctypes.c_uint64), ("cwnd_contained", ctypes.c_uint64),
                 ("last_bad", ctypes.c_uint64)]
 

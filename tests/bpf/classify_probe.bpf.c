@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * classify_probe.bpf.c - runs the datapath's own rule look-up (mltcp_rule_lookup in
- * kernel/mltcp.h) on connections described by user space, against rule maps that the
- * test fills, so tests/test_classify.py can compare the kernel's answer with the
- * Python mirror (mltcp.host.rules.Table.lookup) case by case.  A test program only:
- * it is not part of the datapath and is never shipped.
+ * kernel/mltcp_classify.h) on connections described by user space, against rule maps
+ * that the test fills, so tests/test_classify.py can compare the kernel's answer with
+ * the Python mirror (mltcp.host.rules.Table.lookup) case by case.  A test program
+ * only: it is not part of the datapath and is never shipped.
  */
 #include "mltcp.h"
+#include "mltcp_classify.h"
 
 /* A raw tracepoint program: BPF_PROG_TEST_RUN hands it the case as its arguments and
  * returns its return value (a "syscall" program would be sleepable, and sleepable

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
- * f_probe.bpf.c - runs the kernel datapath's own F (mltcp_f_fixed in kernel/mltcp.h)
+ * f_probe.bpf.c - runs the kernel datapath's own F (mltcp_f_fixed in kernel/mltcp_f.h)
  * on values from user space, so tests/test_kernel_abi.py can compare it with the
  * Python definition (mltcp.core.aggressiveness) case by case.  A test program only:
  * it is not part of the datapath and is never shipped.
  */
 #include "mltcp.h"
+#include "mltcp_f.h"
 
 struct f_case {
 	__u64 bytes;

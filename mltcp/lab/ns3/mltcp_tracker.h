@@ -2,7 +2,7 @@
 //
 // This is mltcp/iteration.py (IterationTracker) and mltcp/aggressiveness.py (f_fixed,
 // scale_acked) in C++, operation for operation and in the same Q16.16 fixed point as
-// the eBPF datapath (kernel/mltcp.h), so that ns-3, the kernel and the Python reference
+// the eBPF datapath (kernel/mltcp_f.h), so that ns-3, the kernel and the Python reference
 // count iterations and compute F identically.  tests/test_ns3.py feeds the same event
 // sequences to this class and to the Python tracker and compares every field.
 //
