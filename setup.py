@@ -11,7 +11,7 @@ wheel (``pip install .``, ``pip wheel .``) then carries:
   vmlinux.h.  The objects are CO-RE, so a host without clang loads them; without clang,
   bpftool or kernel BTF here the wheel ships sources only (and says so), and
   ``MLTCP_PREBUILT=0`` skips the pre-build on purpose;
-* ``mltcp/lab/ns3/scenarios/``: a copy of ``ns3_scenarios/``, the programs the ns3
+* ``mltcp/lab/scenario/ns3/scenarios/``: a copy of ``ns3_scenarios/``, the programs the ns3
   backend runs.
 
 Editable installs use the checkout's directories directly.
@@ -34,7 +34,7 @@ from setuptools.command.build_py import build_py
 ROOT = Path(__file__).resolve().parent
 # (directory of the checkout, files, where they go inside the built package)
 COPIES = (("kernel", ("*.bpf.c", "*.h"), "mltcp/host/bpf/src"),
-          ("ns3_scenarios", ("*.py",), "mltcp/lab/ns3/scenarios"))
+          ("ns3_scenarios", ("*.py",), "mltcp/lab/scenario/ns3/scenarios"))
 # Where the objects are compiled from (a COPIES entry) and where they go.
 SOURCES, PREBUILT = "mltcp/host/bpf/src", "mltcp/host/bpf/prebuilt"
 

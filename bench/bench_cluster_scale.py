@@ -39,9 +39,9 @@ def workload(jobs: int, iterations: int, policy: str, seed: int = 0):  # type: i
     """The fabric and the placed jobs (all running at once)."""
     import numpy as np
 
-    from mltcp.lab.cluster.fabric import LeafSpine
-    from mltcp.lab.cluster.jobs import PlacedJob
-    from mltcp.lab.cluster.placement import POLICIES
+    from mltcp.lab.cluster.engine.gpu_jobs import PlacedJob
+    from mltcp.lab.cluster.engine.leafspine import LeafSpine
+    from mltcp.lab.cluster.schedulers.placement import POLICIES
 
     fabric = LeafSpine(LEAVES, SERVERS_PER_LEAF, SPINES, 8, NIC_GBIT, OVERSUBSCRIPTION)
     rng = random.Random(seed)
@@ -67,7 +67,7 @@ def _run(jobs: int, iterations: int, scheme: str, policy: str, limit_s: float,
     import numpy as np
 
     from mltcp.core.aggressiveness import Aggressiveness
-    from mltcp.lab.cluster.jobs import engine_state
+    from mltcp.lab.cluster.engine.gpu_jobs import engine_state
     from mltcp.lab.models import fluid_engine
 
     t0 = time.perf_counter()

@@ -1,6 +1,6 @@
 """Seed 001 Fig. 1: contention sensitivity of every pair of its models in every pair of
 job shapes (2 or 4 nodes x 1, 2 or 4 GPUs), under fair sharing and under MLTCP, measured
-by the fluid engine on 001's cluster (mltcp.lab.cluster.contention.cs_grid).
+by the fluid engine on 001's cluster (mltcp.lab.cluster.papers.deepshare_rl.contention.cs_grid).
 
     python bench/bench_cs_grid.py --out bench/results/cs-grid.json
 
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from mltcp.lab.cluster import contention
+from mltcp.lab.cluster.papers.deepshare_rl import contention
 
 # 001 §I/§III: maxima over its placements (target, co-located) -> CS
 SEED_MAXIMA = {("deepshare/fsdp", "deepshare/moe"): 1.96, ("deepshare/moe", "deepshare/fsdp"): 3.00,

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from mltcp import __version__
 from mltcp.host import datapath, jobs, rules
-from mltcp.lab.emulation import fabric, traffic
+from mltcp.lab.scenario.emulation import fabric, traffic
 
 PORT_PLAIN, PORT_JOB_F1, PORT_JOB_LIVE = 7100, 7101, 7102
 VARIANTS = {

@@ -37,13 +37,13 @@ from pathlib import Path
 import numpy as np
 
 from mltcp.core.dcqcn.policy import Mode
-from mltcp.lab.models.dcqcn import simulate
+from mltcp.lab.common.provenance import provenance
 from mltcp.lab.models.dcqcn.longflows import LongFlows, run_long_flows
 from mltcp.lab.models.dcqcn.params import ModelParams
-from mltcp.lab.plan import resolve
-from mltcp.lab.runner import traces_of
-from mltcp.lab.scenario import parse_scenario
-from mltcp.lab.trace import provenance
+from mltcp.lab.scenario.batched import dcqcn as simulate
+from mltcp.lab.scenario.plan import resolve
+from mltcp.lab.scenario.runner import traces_of
+from mltcp.lab.scenario.spec import parse_scenario
 
 LANES = (1, 8, 32, 128)
 SEEDS = (0, 1, 2)
@@ -191,9 +191,9 @@ def interleave(scenario: str, mode: Mode, out_dir: Path, seeds: list[int] | None
     ``out_dir``; returns the table."""
     import dataclasses
 
-    from mltcp.lab.report import build_report, table
-    from mltcp.lab.runner import backend_for, plan_runs, run_plans
-    from mltcp.lab.scenario import load_scenario
+    from mltcp.lab.scenario.report import build_report, table
+    from mltcp.lab.scenario.runner import backend_for, plan_runs, run_plans
+    from mltcp.lab.scenario.spec import load_scenario
 
     sc = load_scenario(scenario)
     if iterations:

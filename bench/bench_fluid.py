@@ -29,12 +29,12 @@ import statistics
 import time
 from pathlib import Path
 
-from mltcp.lab import metrics
-from mltcp.lab.models import fluid
-from mltcp.lab.models.lanes import build_batch
-from mltcp.lab.plan import resolve
-from mltcp.lab.scenario import load_scenario
-from mltcp.lab.trace import provenance
+from mltcp.lab.common.provenance import provenance
+from mltcp.lab.scenario import metrics
+from mltcp.lab.scenario.batched import fluid
+from mltcp.lab.scenario.batched.lanes import build_batch
+from mltcp.lab.scenario.plan import resolve
+from mltcp.lab.scenario.spec import load_scenario
 
 LANES = (1, 10, 100, 1000, 5000)
 F_STEPS = (0, fluid.DEFAULT_F_STEPS)
@@ -124,7 +124,7 @@ def two_core_rates(rounds: int, lanes: int) -> list[dict]:
 
 
 def cassini_times(rounds: int) -> list[dict]:
-    from mltcp.lab import cassini
+    from mltcp.lab.common import cassini
 
     rows = []
     for n in CASSINI_JOBS:

@@ -34,11 +34,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mltcp.lab.emulation import fabric, sshd
-from mltcp.lab.plan import idle_gap_ms
-from mltcp.lab.runner import run_scenario
-from mltcp.lab.scenario import load_scenario
-from mltcp.lab.trace import load_trace
+from mltcp.lab.scenario.emulation import fabric, sshd
+from mltcp.lab.scenario.plan import idle_gap_ms
+from mltcp.lab.scenario.runner import run_scenario
+from mltcp.lab.scenario.spec import load_scenario
+from mltcp.lab.scenario.trace import load_trace
 
 PARTS = ("compatible", "tight", "incompatible", "counting")
 SCHEMES = ("cubic", "reno", "mltcp-cubic", "mltcp-reno")
@@ -49,7 +49,7 @@ TRANSFORMER = ('model = "transformer", batch = 2, d_model = 256, layers = 2, hea
 RESNET = 'model = "resnet18", batch = 2, image_size = 32'
 PADS_MS = {"compatible": 260, "tight": 170, "incompatible": 60}
 # Counting: (label, model, compute pad); the idle gap is a quarter of the compute, within
-# 5..50 ms (mltcp.lab.plan.idle_gap_ms), so the short pad tests a 15 ms gap.
+# 5..50 ms (mltcp.lab.scenario.plan.idle_gap_ms), so the short pad tests a 15 ms gap.
 COUNTING = (("transformer", TRANSFORMER, 200), ("transformer-short", TRANSFORMER, 40),
             ("resnet18", RESNET, 200))
 

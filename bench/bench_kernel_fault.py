@@ -7,7 +7,7 @@ CC the probe (kernel/cc_fault_probe.bpf.c, see docs/known-issues.md) counts
 
   garbage   times TCP was handed a garbage ssthresh() return at a reduction's start (the
             kernel fault itself; the probe is a tracing program and misses some, see
-            mltcp/lab/emulation/faultprobe.py)
+            mltcp/lab/scenario/emulation/faultprobe.py)
   episodes  times a segment arrived while the socket held a garbage ssthresh or cwnd
   bursts    of those, the ones with a garbage *window*: TCP had sent under it
 
@@ -33,7 +33,7 @@ CCS = ("reno", "cubic", "mltcp_reno", "mltcp_cubic", "mltcp_dctcp")
 
 def measure(ccs: list[str], rounds: int, seconds: float) -> dict:
     from mltcp.host import datapath
-    from mltcp.lab.emulation.faultprobe import EcnBench
+    from mltcp.lab.scenario.emulation.faultprobe import EcnBench
 
     we_loaded = datapath.load(["all"]).loaded
     per_cc: dict[str, list[dict]] = {cc: [] for cc in ccs}

@@ -21,9 +21,9 @@ import statistics
 import time
 from pathlib import Path
 
-from mltcp.lab.runner import run_one
-from mltcp.lab.scenario import Scheme, load_scenario
-from mltcp.lab.trace import provenance
+from mltcp.lab.common.provenance import provenance
+from mltcp.lab.scenario.runner import run_one
+from mltcp.lab.scenario.spec import Scheme, load_scenario
 
 CCS = ("reno", "cubic", "dctcp")
 # Per congestion control: ns-3's class, the MLTCP class with F == 1 (the very same

@@ -27,10 +27,12 @@ from pathlib import Path
 import numpy as np
 
 from mltcp.core import validate
-from mltcp.lab.cluster import deepshare, registry, report, rl_sched
-from mltcp.lab.cluster.config import parse_config
-from mltcp.lab.cluster.experiment import execute
-from mltcp.lab.cluster.sim import ClusterSim
+from mltcp.lab.cluster.engine.simulator import ClusterSim
+from mltcp.lab.cluster.experiments import registry, report
+from mltcp.lab.cluster.experiments.config import parse_config
+from mltcp.lab.cluster.experiments.runner import execute
+from mltcp.lab.cluster.papers.deepshare_rl import rules as deepshare
+from mltcp.lab.cluster.papers.deepshare_rl import schedulers as rl_sched
 
 SCHEDULERS = ("rl-base", "rl-hybrid", "deepshare-las", "deepshare-srtf",
               "deepshare-first-fit", "deepshare-random")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mltcp.lab.ns3 import sim, standalone
+from mltcp.lab.scenario.ns3 import sim, standalone
 
 LINK_DELAY = "5us"       # per link: a data-centre base RTT of a few tens of µs
 DEVICE_QUEUE = "4p"      # the NIC ring below the queue disc: keep it small

@@ -7,7 +7,11 @@ inside functions, absolute and relative) and checks it against the import rules:
   mirrored by the kernel and ns-3, and every layer imports it);
 * ``mltcp.host`` never imports ``mltcp.lab`` or ``mltcp.cli``, and never numpy,
   matplotlib or the lab's other packages, anywhere: a training host runs it;
-* ``mltcp.lab`` never imports ``mltcp.cli``;
+* ``mltcp.lab`` never imports ``mltcp.cli``; inside it the two wings, ``lab.scenario``
+  and ``lab.cluster``, never import each other: both stand on the shared room
+  (``lab.common``) and the engines (``lab.models``), which import neither wing; and the
+  cluster wing's packages import only those below them (engine, arrivals, schedulers,
+  papers, experiments, in that order);
 * ``mltcp.hook`` (what a training script imports) imports only ``mltcp.core`` and the
   standard library at module level (torch inside the functions that attach a model),
   and ``mltcp.workloads`` (training under torchrun) only the hook, core and torch:
@@ -51,6 +55,16 @@ ALLOWED = {
 HEAVY = {"numpy", "matplotlib", "pandas", "pyarrow", "dask", "distributed", "scipy", "ns",
          "cppyy", "torch"}
 HOST_CLI = ("mltcp.cli.host", "mltcp.cli.dcqcn")
+# The lab's rooms and what each may import of the lab: the wings never import each
+# other; the shared room and the models import neither wing.
+LAB_ROOMS = {
+    "scenario": {"scenario", "common", "models"},
+    "cluster": {"cluster", "common", "models"},
+    "common": {"common"},
+    "models": {"models"},
+}
+# The cluster wing's packages, bottom up: each imports only itself and those before it.
+CLUSTER_LAYERS = ("engine", "arrivals", "schedulers", "papers", "experiments")
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 
 
@@ -117,6 +131,21 @@ def layer(module: str) -> str | None:
     return parts[1] if parts[1] in ALLOWED else None
 
 
+def lab_room(module: str) -> str | None:
+    """``scenario``, ``cluster``, ``common`` or ``models`` for a module of the lab (None
+    for ``mltcp.lab`` itself and anything outside the lab)."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == [PACKAGE, "lab"] and len(parts) > 2 else None
+
+
+def cluster_layer(module: str) -> int | None:
+    """The index in :data:`CLUSTER_LAYERS` of a module of the cluster wing's packages."""
+    parts = module.split(".")
+    if parts[:3] != [PACKAGE, "lab", "cluster"] or len(parts) < 4:
+        return None
+    return CLUSTER_LAYERS.index(parts[3]) if parts[3] in CLUSTER_LAYERS else None
+
+
 def violations(root: Path) -> list[str]:
     """Every import that breaks a rule, as 'module:line imports target (why)'."""
     found = []
@@ -134,6 +163,13 @@ def violations(root: Path) -> list[str]:
                 found.append(f"{where} (the host never needs {top_pkg})")
             if imp.module in HOST_CLI and (theirs == "lab" or top_pkg in HEAVY):
                 found.append(f"{where} (a host command must not load the lab or {top_pkg})")
+            room, their_room = lab_room(imp.module), lab_room(imp.target)
+            if room and their_room and their_room not in LAB_ROOMS[room]:
+                found.append(f"{where} (lab.{room} must not import lab.{their_room})")
+            below, above = cluster_layer(imp.module), cluster_layer(imp.target)
+            if below is not None and above is not None and above > below:
+                found.append(f"{where} (cluster.{CLUSTER_LAYERS[below]} must not import "
+                             f"cluster.{CLUSTER_LAYERS[above]})")
     return found
 
 
@@ -146,7 +182,12 @@ def test_the_tree_keeps_the_import_rules() -> None:
 
 def test_every_module_belongs_to_a_layer() -> None:
     for path in (REPO / PACKAGE).rglob("*.py"):
-        assert layer(module_name(REPO, path)) is not None, path
+        module = module_name(REPO, path)
+        assert layer(module) is not None, path
+        if layer(module) == "lab" and module != "mltcp.lab":
+            assert lab_room(module) in LAB_ROOMS, path
+        if lab_room(module) == "cluster" and module != "mltcp.lab.cluster":
+            assert cluster_layer(module) is not None, path
 
 
 # --------------------------------------------------------------------------- ... and can fail
@@ -162,19 +203,34 @@ def tree_copy(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(("module", "line", "expected"), [
     ("host/jobs.py", "from mltcp.lab import report\n", "host must not import lab"),
-    ("host/telemetry.py", "def f():\n    from mltcp.lab.models import fluid\n",
+    ("host/telemetry.py", "def f():\n    from mltcp.lab.models import fluid_engine\n",
      "host must not import lab"),
-    ("host/agent.py", "from ..lab.runner import run_scenario\n", "host must not import lab"),
+    ("host/agent.py", "from ..lab.scenario.runner import run_scenario\n",
+     "host must not import lab"),
     ("host/maps.py", "import numpy\n", "the host never needs numpy"),
     ("core/iteration.py", "from mltcp.host import maps\n", "core must not import host"),
     ("core/budget.py", "import numpy as np\n", "core imports only the standard library"),
-    ("lab/plan.py", "from mltcp.cli import main\n", "lab must not import cli"),
+    ("lab/scenario/plan.py", "from mltcp.cli import main\n", "lab must not import cli"),
+    ("lab/scenario/sweep.py", "def f():\n    from mltcp.lab.cluster.engine import simulator\n",
+     "lab.scenario must not import lab.cluster"),
+    ("lab/cluster/engine/simulator.py", "from ...scenario import trace\n",
+     "lab.cluster must not import lab.scenario"),
+    ("lab/common/provenance.py", "from mltcp.lab.cluster.experiments import report\n",
+     "lab.common must not import lab.cluster"),
+    ("lab/models/fluid_engine.py", "from mltcp.lab.scenario.plan import RunPlan\n",
+     "lab.models must not import lab.scenario"),
+    ("lab/cluster/engine/network.py", "from mltcp.lab.cluster.papers.cassini import links\n",
+     "cluster.engine must not import cluster.papers"),
+    ("lab/cluster/papers/vclos/schedulers.py",
+     "from mltcp.lab.cluster.experiments import registry\n",
+     "cluster.papers must not import cluster.experiments"),
     ("hook/iteration.py", "import torch\n", "hook imports only the standard library at load"),
     ("hook/records.py", "from mltcp.host import jobs\n", "hook must not import host"),
-    ("hook/env.py", "def f():\n    from mltcp.lab import trace\n", "hook must not import lab"),
+    ("hook/env.py", "def f():\n    from mltcp.lab.scenario import trace\n",
+     "hook must not import lab"),
     ("workloads/ddp.py", "from mltcp.host import jobs\n", "workloads must not import host"),
     ("workloads/models.py", "from mltcp.cli import main\n", "workloads must not import cli"),
-    ("cli/host.py", "def g():\n    from mltcp.lab import runner\n",
+    ("cli/host.py", "def g():\n    from mltcp.lab.scenario import runner\n",
      "a host command must not load the lab"),
 ])
 def test_a_deliberate_violation_is_caught(tree_copy: Path, module: str, line: str,
@@ -188,7 +244,7 @@ def test_a_deliberate_violation_is_caught(tree_copy: Path, module: str, line: st
 def test_type_checking_imports_do_not_count(tree_copy: Path) -> None:
     path = tree_copy / PACKAGE / "host" / "jobs.py"
     path.write_text(path.read_text() + "\nfrom typing import TYPE_CHECKING\n"
-                    "if TYPE_CHECKING:\n    from mltcp.lab.plan import RunPlan\n")
+                    "if TYPE_CHECKING:\n    from mltcp.lab.scenario.plan import RunPlan\n")
     assert violations(tree_copy) == []
 
 
@@ -219,7 +275,8 @@ def test_a_host_command_loads_neither_the_lab_nor_numpy(argv: list[str]) -> None
                            "contextlib.suppress(SystemExit):\n"
                            f"    main({argv!r})")
     heavy = {m for m in loaded if m.split(".")[0] in HEAVY}
-    lab = {m for m in loaded if m.startswith("mltcp.lab.")} - {"mltcp.lab.backends"}
+    lab = {m for m in loaded if m.startswith("mltcp.lab.")} - {"mltcp.lab.scenario",
+                                                               "mltcp.lab.scenario.backends"}
     assert heavy == set() and lab == set(), (heavy, lab)
 
 
@@ -234,5 +291,5 @@ def test_listing_backends_imports_none_of_them() -> None:
     loaded = _loaded_after("from mltcp.cli import main\n"
                            "with contextlib.redirect_stdout(io.StringIO()):\n"
                            "    main(['backends'])")
-    backends = {m for m in loaded if m.startswith("mltcp.lab.backends.")}
+    backends = {m for m in loaded if m.startswith("mltcp.lab.scenario.backends.")}
     assert backends == set() and not {m for m in loaded if m.split(".")[0] in HEAVY}

@@ -64,7 +64,7 @@ SWEEP = ("sweep", "compatible-pair", "--out", "{dir}/out")
 FLUID = ("--backend", "fluid", "--out", "{dir}/out")
 ADVISE = ("dcqcn", "run", "--iface", "x", "--backend", "defaults", "--advise")
 TRUNCATED = (("state/jobs.json", '{"datapath": null, "jobs": {"a": {"id": 1'),)
-SCENARIO = (REPO / "mltcp/lab/scenarios/compatible-pair.toml").read_text()
+SCENARIO = (REPO / "mltcp/lab/scenario/examples/compatible-pair.toml").read_text()
 
 ROWS: list[Row] = [
     # status, agent, metrics
@@ -179,7 +179,7 @@ ROWS: list[Row] = [
     Row((*SWEEP, "--param", "slope=1", "--seeds", "5-1"), 2, "seeds"),
     Row((*SWEEP, "--param", "slope=1", "--backend", "dcqcn", "--f-steps", "3"), 2,
         "f-steps"),
-    Row((*SWEEP, "--param", "slope=1", "--scheduler", "nonsense"), 2, "scheduler"),
+    Row((*SWEEP, "--param", "slope=1", "--dask", "nonsense"), 2, "--dask"),
     Row(("demo", "--seeds", "x"), 2, "seeds"),
     Row(("demo", "--live", "--cc", "vegas"), 2, "--cc"),
     Row(("demo", "--live", "--iterations", "0"), 2, "--iterations"),

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from mltcp.core.errors import SpecError
-from mltcp.lab import cassini
-from mltcp.lab.cassini import (
+from mltcp.lab.common import cassini
+from mltcp.lab.common.cassini import (
     AffinityGraph,
     CassiniLoopWarning,
     JobDemand,
@@ -413,12 +413,12 @@ def test_heterogeneous_jobs_get_cassini_shifts_in_the_lab():
     import tomllib
     from importlib import resources
 
-    from mltcp.lab.plan import resolve
-    from mltcp.lab.scenario import Scheme, parse_scenario
-    from mltcp.lab.schedule import cassini_shifts, job_demand
+    from mltcp.lab.scenario.plan import resolve
+    from mltcp.lab.scenario.schedule import cassini_shifts, job_demand
+    from mltcp.lab.scenario.spec import Scheme, parse_scenario
 
-    raw = tomllib.loads(resources.files("mltcp.lab").joinpath(
-        "scenarios", "three-jobs.toml").read_text())
+    raw = tomllib.loads(resources.files("mltcp.lab.scenario").joinpath(
+        "examples", "three-jobs.toml").read_text())
     raw = copy.deepcopy(raw)
     comm_ms = {"a": 6e6, "b": 8e6, "c": 10e6}
     for job, period in zip(raw["jobs"], (241.0, 153.0, 233.0), strict=True):

@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 from mltcp.core.errors import SpecError
-from mltcp.lab.cluster.ada_srsf import (
+from mltcp.lab.cluster.engine.gpu_jobs import JobRequest, PlacedJob, ring_comm_s
+from mltcp.lab.cluster.engine.leafspine import LeafSpine
+from mltcp.lab.cluster.engine.network import fair
+from mltcp.lab.cluster.engine.scheduling import Allocation, ClusterView, QueuedJob, RunningJob
+from mltcp.lab.cluster.engine.simulator import ClusterSim
+from mltcp.lab.cluster.papers.ada_srsf.lwf import lwf, remaining_workload
+from mltcp.lab.cluster.papers.ada_srsf.schedulers import (
     NETWORKS,
     SCHEDULERS,
     CommOrderNetwork,
@@ -21,12 +27,6 @@ from mltcp.lab.cluster.ada_srsf import (
     srsf_ls,
     threshold,
 )
-from mltcp.lab.cluster.fabric import LeafSpine
-from mltcp.lab.cluster.jobs import JobRequest, PlacedJob, ring_comm_s
-from mltcp.lab.cluster.lwf import lwf, remaining_workload
-from mltcp.lab.cluster.network import fair
-from mltcp.lab.cluster.scheduler import Allocation, ClusterView, QueuedJob, RunningJob
-from mltcp.lab.cluster.sim import ClusterSim
 
 # 4 servers of 4 GPUs under one leaf: every flow crosses only the two NICs.
 FABRIC = LeafSpine(leaves=1, servers_per_leaf=4, spines=1, gpus_per_server=4,

@@ -9,32 +9,27 @@ import numpy as np
 import pytest
 
 from mltcp.core.errors import SpecError
-from mltcp.lab.cassini import JobDemand, Phase
-from mltcp.lab.cluster.cassini_links import (
+from mltcp.lab.cluster.engine.gpu_jobs import JobRequest, PlacedJob
+from mltcp.lab.cluster.engine.leafspine import LeafSpine
+from mltcp.lab.cluster.engine.network import Network
+from mltcp.lab.cluster.engine.scheduling import Allocation, ClusterView, QueuedJob, RunningJob
+from mltcp.lab.cluster.engine.simulator import ClusterSim
+from mltcp.lab.cluster.experiments.registry import scheduler
+from mltcp.lab.cluster.papers.cassini.links import (
     closes_loop,
     lockstep_periods,
     shared_links,
     solve_link,
     traffic,
 )
-from mltcp.lab.cluster.cassini_net import CassiniNetwork, ShiftPlan, holds, shift_plan
-from mltcp.lab.cluster.cassini_sched import (
+from mltcp.lab.cluster.papers.cassini.schedulers import (
     CassiniScheduler,
     candidate_allocations,
     rank_candidates,
 )
-from mltcp.lab.cluster.fabric import LeafSpine
-from mltcp.lab.cluster.jobs import JobRequest, PlacedJob
-from mltcp.lab.cluster.network import Network
-from mltcp.lab.cluster.registry import scheduler
-from mltcp.lab.cluster.scheduler import (
-    Allocation,
-    ClusterView,
-    QueuedJob,
-    QueueScheduler,
-    RunningJob,
-)
-from mltcp.lab.cluster.sim import ClusterSim
+from mltcp.lab.cluster.papers.cassini.timeshifts import CassiniNetwork, ShiftPlan, holds, shift_plan
+from mltcp.lab.cluster.schedulers.queue import QueueScheduler
+from mltcp.lab.common.cassini import JobDemand, Phase
 
 # One GPU per server, so that every 2-GPU job is a ring over two servers; the leaves'
 # uplinks carry what one NIC does (2 servers x 10 Gbit / 2 oversubscription).

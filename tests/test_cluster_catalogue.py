@@ -9,9 +9,14 @@ from collections import Counter
 import pytest
 
 from mltcp.core.errors import SpecError
-from mltcp.lab.cluster import catalogue, seed_setups, traces
-from mltcp.lab.cluster.catalogue import MIB, ModelProfile, job_request, profile
-from mltcp.lab.cluster.sim import JobRequest
+from mltcp.lab.cluster.arrivals import catalogue
+from mltcp.lab.cluster.arrivals import job_traces as traces
+from mltcp.lab.cluster.arrivals.catalogue import MIB, ModelProfile, job_request, profile
+from mltcp.lab.cluster.engine.simulator import JobRequest
+from mltcp.lab.cluster.papers import setups
+from mltcp.lab.cluster.papers.ada_srsf import setup as ada_setup
+from mltcp.lab.cluster.papers.cassini import setup as cassini_setup
+from mltcp.lab.cluster.papers.vclos import setup as vclos_setup
 
 # --- catalogue ----------------------------------------------------------------------
 
@@ -22,7 +27,7 @@ def test_the_catalogue_covers_the_seeds_models() -> None:
     ada = {"ada/vgg16", "ada/resnet50", "ada/inception-v3", "ada/lstm-ptb"}    # 004 Table III
     deepshare = {f"deepshare/{m}" for m in ("gnn", "img", "dlrm", "lm", "fsdp", "moe")}
     assert cassini | ada | deepshare <= set(catalogue.names())
-    for mix in (seed_setups.VCLOS_MIX, seed_setups.CASSINI_MIX):
+    for mix in (vclos_setup.VCLOS_MIX, cassini_setup.CASSINI_MIX):
         assert set(mix.models.values) <= set(catalogue.names())
 
 
@@ -150,11 +155,11 @@ def test_a_profile_checks_its_fields() -> None:
 # --- seed setups --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("key", list(seed_setups.SETUPS))
+@pytest.mark.parametrize("key", list(setups.SETUPS))
 def test_each_setup_builds_the_same_jobs_for_a_seed_and_they_fit(key: str) -> None:
-    s = seed_setups.setup(key)
+    s = setups.setup(key)
     jobs = s.jobs(3)
-    assert jobs == seed_setups.jobs(key, 3)
+    assert jobs == setups.jobs(key, 3)
     assert jobs != s.jobs(4)
     assert max(j.gpus for j in jobs) <= s.fabric.gpus
     assert len({j.name for j in jobs}) == len(jobs)
@@ -165,46 +170,46 @@ def test_each_setup_builds_the_same_jobs_for_a_seed_and_they_fit(key: str) -> No
 
 
 def test_ada_srsf_setup_is_the_seeds_workload() -> None:
-    s = seed_setups.ADA_SRSF
+    s = ada_setup.ADA_SRSF
     assert (s.fabric.servers, s.fabric.gpus_per_server, s.fabric.server_gbit) == (16, 4, 10.0)
     jobs = s.jobs(0)
     assert len(jobs) == 160
     assert Counter(j.gpus for j in jobs) == {1: 80, 2: 14, 4: 26, 8: 30, 16: 8, 32: 2}
     assert all(1 <= j.arrival_s <= 1200 for j in jobs)
     assert all(1000 <= j.iterations <= 6000 for j in jobs)
-    assert {j.model for j in jobs} == set(seed_setups.ADA_MODELS)
+    assert {j.model for j in jobs} == set(ada_setup.ADA_MODELS)
 
 
 def test_vclos_setup_is_cluster512_at_120_s_gaps_near_saturation() -> None:
-    s = seed_setups.VCLOS_CLUSTER512
+    s = vclos_setup.VCLOS_CLUSTER512
     f = s.fabric
     assert (f.gpus, f.leaves, f.servers_per_leaf * f.gpus_per_server) == (512, 16, 32)
     assert f.uplink_gbit * f.spines == 32 * 100.0          # 32 spines x 100 Gbit/s a leaf
     jobs = s.jobs(0)
     assert len(jobs) == 5000
     assert traces.mean_gap_s(jobs) == pytest.approx(120.0, rel=0.05)
-    offered = seed_setups.VCLOS_MIX.mean_gpu_seconds(100.0, f.gpus_per_server) / 120.0 / f.gpus
+    offered = vclos_setup.VCLOS_MIX.mean_gpu_seconds(100.0, f.gpus_per_server) / 120.0 / f.gpus
     assert 0.8 < offered < 1.0                             # "steady state with queuing"
 
 
 def test_cassini_setup_offers_its_load() -> None:
-    s = seed_setups.CASSINI_POISSON
+    s = cassini_setup.CASSINI_POISSON
     f = s.fabric
     assert (f.servers, f.gpus_per_server, f.server_gbit, f.oversubscription) == (24, 1, 50.0,
                                                                                 2.0)
-    mix = seed_setups.CASSINI_MIX
+    mix = cassini_setup.CASSINI_MIX
     assert len(mix.models.values) == 13 and mix.gpus.values == tuple(range(1, 13))
-    jobs = seed_setups.cassini_jobs(0, n=2000, load=0.8)
+    jobs = cassini_setup.cassini_jobs(0, n=2000, load=0.8)
     rate = traces.jobs_per_hour_for_load(0.8, 24, mix, 50.0, 1)
     assert traces.mean_gap_s(jobs) == pytest.approx(3600 / rate, rel=0.06)
     with pytest.raises(SpecError) as err:
-        seed_setups.cassini_jobs(0, load=0.5)
+        cassini_setup.cassini_jobs(0, load=0.5)
     assert err.value.field == "load"
 
 
 def test_reported_figures_agree_with_the_seeds_own_values() -> None:
     checked = 0
-    for s in seed_setups.SETUPS.values():
+    for s in setups.SETUPS.values():
         for r in s.results:
             assert r.source[:4] in ("000 ", "001 ", "003 ", "004 ")
             assert r.stated_pct is not None or r.stated_factor is not None or \
@@ -219,17 +224,17 @@ def test_reported_figures_agree_with_the_seeds_own_values() -> None:
 
 
 def test_a_reported_result_prints_one_line() -> None:
-    r = seed_setups.ADA_RESULTS[0]
+    r = ada_setup.ADA_RESULTS[0]
     assert r.improvement_pct == pytest.approx(20.09, abs=0.01)
     line = r.line()
     assert "Ada-SRSF vs SRSF(1)" in line and "1098.57 vs 1374.84 s" in line
     assert "20.1 %" in line and "004 Table V" in line and "\n" not in line
-    up = next(r for r in seed_setups.ADA_RESULTS if r.higher_is_better)
+    up = next(r for r in ada_setup.ADA_RESULTS if r.higher_is_better)
     assert up.improvement_factor == pytest.approx(up.scheme_value / up.baseline_value)
 
 
 def test_an_unknown_setup_names_the_setups() -> None:
-    assert seed_setups.names() == tuple(seed_setups.SETUPS)
+    assert setups.names() == tuple(setups.SETUPS)
     with pytest.raises(SpecError) as err:
-        seed_setups.jobs("ada", 0)
+        setups.jobs("ada", 0)
     assert "ada-srsf" in err.value.fix

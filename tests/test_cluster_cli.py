@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mltcp.cli import build_parser, main
-from mltcp.lab.cluster import config
+from mltcp.lab.cluster.experiments import config
 
 SMALL = Path(config.examples_dir().joinpath("small.toml"))
 
@@ -61,7 +61,7 @@ def test_a_bad_config_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capt
 @pytest.mark.parametrize("argv", [
     ["--parallel", "0"],
     ["--parallel", "two"],
-    ["--parallel", "2", "--scheduler", "tcp://x:8786"],
+    ["--parallel", "2", "--dask", "tcp://x:8786"],
 ])
 def test_bad_flags_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture,
                                            argv: list[str]) -> None:
@@ -87,9 +87,9 @@ def test_a_missing_config_lists_the_examples(capsys: pytest.CaptureFixture) -> N
 
 
 def test_schedulers_lists_what_the_registries_know(capsys: pytest.CaptureFixture) -> None:
-    from mltcp.lab.cluster.orders import ORDERS
-    from mltcp.lab.cluster.placement import POLICIES
-    from mltcp.lab.cluster.registry import NAMED, NETWORKS
+    from mltcp.lab.cluster.experiments.registry import NAMED, NETWORKS
+    from mltcp.lab.cluster.schedulers.orders import ORDERS
+    from mltcp.lab.cluster.schedulers.placement import POLICIES
 
     assert main(["cluster", "schedulers"]) == 0
     text = capsys.readouterr().out

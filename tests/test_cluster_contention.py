@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from mltcp.core.errors import SpecError
-from mltcp.lab.cluster import catalogue
-from mltcp.lab.cluster.contention import (
+from mltcp.lab.cluster.arrivals import catalogue
+from mltcp.lab.cluster.papers.deepshare_rl.contention import (
     SEED_MODELS,
     contention_sensitivity,
     cs_grid,

@@ -10,9 +10,9 @@ import pytest
 
 from mltcp.core.aggressiveness import Aggressiveness
 from mltcp.core.errors import SpecError
-from mltcp.lab.cluster.fabric import LeafSpine
-from mltcp.lab.cluster.jobs import PlacedJob, engine_state
-from mltcp.lab.cluster.placement import POLICIES, consolidated, first_fit, spread
+from mltcp.lab.cluster.engine.gpu_jobs import PlacedJob, engine_state
+from mltcp.lab.cluster.engine.leafspine import LeafSpine
+from mltcp.lab.cluster.schedulers.placement import POLICIES, consolidated, first_fit, spread
 from mltcp.lab.models import fluid_engine
 
 
@@ -194,8 +194,8 @@ def test_a_job_runs_one_ring_per_rail_each_hashed_on_its_own() -> None:
 
 
 def test_communication_is_priced_at_all_of_a_servers_rails() -> None:
-    from mltcp.lab.cluster.jobs import JobRequest, ring_comm_s
-    from mltcp.lab.cluster.orders import expected_iteration_s
+    from mltcp.lab.cluster.engine.gpu_jobs import JobRequest, ring_comm_s
+    from mltcp.lab.cluster.schedulers.orders import expected_iteration_s
 
     four = LeafSpine(2, 2, 4, gpus_per_server=4, server_gbit=25, rails=4)
     one = LeafSpine(2, 2, 4, gpus_per_server=4, server_gbit=100)

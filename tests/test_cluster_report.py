@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 
 from mltcp.core.errors import SpecError
-from mltcp.lab.cluster import config, experiment, report, seed_setups
-from mltcp.lab.cluster.sim import ClusterResult, JobOutcome
+from mltcp.lab.cluster.engine.simulator import ClusterResult, JobOutcome
+from mltcp.lab.cluster.experiments import config, report
+from mltcp.lab.cluster.experiments import runner as experiment
+from mltcp.lab.cluster.papers import setups
 
 # a and b share server 1's NIC under first_fit (6 GPUs each on 4-GPU servers); b comes
 # a little later, so MLTCP can shift it; c waits for GPUs; d fits beside them.
@@ -156,19 +158,19 @@ def test_a_trace_is_read_once_at_parse_and_a_bad_row_fails_there(tmp_path: Path)
 
 
 def test_a_seed_setup_brings_its_jobs_and_its_cluster() -> None:
-    from mltcp.lab.cluster import seed_setups
+    from mltcp.lab.cluster.papers import setups
 
-    key = seed_setups.names()[0]
+    key = setups.names()[0]
     data = _data(jobs={"setup": key})
     del data["cluster"]
     cfg = config.parse_config(data)
-    assert cfg.cluster == seed_setups.setup(key).fabric
-    assert cfg.jobs.requests(1) == seed_setups.jobs(key, 1)
+    assert cfg.cluster == setups.setup(key).fabric
+    assert cfg.jobs.requests(1) == setups.jobs(key, 1)
     with pytest.raises(SpecError) as err:
         config.parse_config(_data(jobs={"setup": "no-such-setup"}))
     assert err.value.field == "jobs.setup" and key in err.value.fix
     first = config.parse_config({**data, "jobs": {"setup": {"name": key, "first": 7}}})
-    by_arrival = sorted(seed_setups.jobs(key, 2), key=lambda j: (j.arrival_s, j.name))
+    by_arrival = sorted(setups.jobs(key, 2), key=lambda j: (j.arrival_s, j.name))
     assert first.jobs.requests(2) == by_arrival[:7]
     assert config.parse_config(first.to_dict()) == first
     for bad, field_ in (({"name": key, "first": 0}, "jobs.setup.first"),
@@ -306,7 +308,7 @@ def test_dask_runs_give_the_same_results_and_bring_back_a_workers_bad_input(
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                                   dashboard_address=None) as cluster:
         seen: list[int] = []
-        on_dask = experiment.execute(cfg, scheduler=cluster.scheduler_address,
+        on_dask = experiment.execute(cfg, dask_address=cluster.scheduler_address,
                                      progress=lambda d, t, k, r, s: seen.append(d))
         assert seen == [1, 2, 3, 4]
         assert on_dask.runs == experiment.execute(cfg, progress=None).runs
@@ -314,7 +316,7 @@ def test_dask_runs_give_the_same_results_and_bring_back_a_workers_bad_input(
         broken = config.ExperimentConfig(cfg.name, cfg.cluster, cfg.jobs,
                                          ("fifo/first_fit", "fifo/nowhere"), ("fair",))
         with pytest.raises(SpecError) as err:
-            experiment.execute(broken, scheduler=cluster.scheduler_address, progress=None)
+            experiment.execute(broken, dask_address=cluster.scheduler_address, progress=None)
         assert err.value.field == "scheduler" and "fifo/nowhere x fair" in err.value.problem
 
 
@@ -324,7 +326,7 @@ def test_a_seed_setup_experiment_puts_the_seeds_figures_next_to_ours(tmp_path: P
                                "jobs": {"setup": {"name": "ada-srsf", "first": 3}}})
     written = report.write(experiment.execute(cfg, progress=None), tmp_path)
     figures = written["seed_figures"]
-    assert len(figures) == len(seed_setups.setup("ada-srsf").results)
+    assert len(figures) == len(setups.setup("ada-srsf").results)
     cells = {(c["scheduler"], c["network"]): c for c in written["cells"]}
     first = next(f for f in figures if (f["scheme"], f["baseline"], f["metric"])
                  == ("Ada-SRSF", "SRSF(1)", "average JCT"))

@@ -9,16 +9,21 @@ import numpy as np
 import pytest
 
 from mltcp.core.errors import SpecError
-from mltcp.lab.cluster import catalogue, deepshare, registry, report, rl_encoding
-from mltcp.lab.cluster.jobs import JobRequest, PlacedJob
-from mltcp.lab.cluster.rl_encoding import CSMeter, Layout
-from mltcp.lab.cluster.scheduler import Allocation, Decision, QueuedJob
-from mltcp.lab.cluster.sim import ClusterSim
+from mltcp.lab.cluster.arrivals import catalogue
+from mltcp.lab.cluster.engine.gpu_jobs import JobRequest, PlacedJob
+from mltcp.lab.cluster.engine.scheduling import Allocation, Decision, QueuedJob
+from mltcp.lab.cluster.engine.simulator import ClusterSim
+from mltcp.lab.cluster.experiments import registry, report
+from mltcp.lab.cluster.papers.deepshare_rl import encoding as rl_encoding  # noqa: E402
+from mltcp.lab.cluster.papers.deepshare_rl import rules as deepshare  # noqa: E402
+from mltcp.lab.cluster.papers.deepshare_rl.encoding import CSMeter, Layout
 
 gym = pytest.importorskip("gymnasium", reason="the RL scheduler needs mltcp[rl] (gymnasium)")
 pytest.importorskip("sb3_contrib", reason="the RL scheduler needs mltcp[rl] (sb3-contrib)")
 
-from mltcp.lab.cluster import rl_env, rl_sched, rl_train  # noqa: E402
+from mltcp.lab.cluster.papers.deepshare_rl import env as rl_env  # noqa: E402
+from mltcp.lab.cluster.papers.deepshare_rl import schedulers as rl_sched  # noqa: E402
+from mltcp.lab.cluster.papers.deepshare_rl import train as rl_train  # noqa: E402
 
 NET = deepshare.fabric()
 LAYOUT = Layout.of(NET)
@@ -258,7 +263,7 @@ def test_rules_in_the_same_action_space_are_named_schedulers():
 def test_registry_errors_name_the_policy_and_cluster(tmp_path):
     with pytest.raises(SpecError, match="policy"):
         registry.scheduler(f"rl-base@{tmp_path}/missing.zip", NET)
-    from mltcp.lab.cluster.fabric import LeafSpine
+    from mltcp.lab.cluster.engine.leafspine import LeafSpine
     with pytest.raises(SpecError, match="cluster"):
         registry.scheduler("rl-hybrid", LeafSpine(leaves=1, servers_per_leaf=8, spines=1,
                                                   gpus_per_server=4))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from mltcp.lab.cluster import seed_compare, seed_setups
+from mltcp.lab.cluster.papers import compare as seed_compare
+from mltcp.lab.cluster.papers import setups
 
 
 def _cells(values: dict[tuple[str, str], float], key: str = "jct_mean_s") -> dict:
@@ -15,7 +16,7 @@ def _cells(values: dict[tuple[str, str], float], key: str = "jct_mean_s") -> dic
 def test_every_seed_figure_is_listed_and_ours_is_the_same_improvement() -> None:
     cells = _cells({("ada-srsf", "ada-dual"): 800.0, ("ada-srsf", "srsf-1"): 1000.0})
     rows = seed_compare.rows("ada-srsf", cells)
-    assert len(rows) == len(seed_setups.setup("ada-srsf").results)
+    assert len(rows) == len(setups.setup("ada-srsf").results)
     first = next(r for r in rows if (r.scheme, r.baseline, r.metric)
                  == ("Ada-SRSF", "SRSF(1)", "average JCT"))
     assert first.ours_pct == pytest.approx(20.0)              # 800 vs 1000 s: -20 %
@@ -35,7 +36,7 @@ def test_higher_is_better_and_unmodelled_figures_say_so() -> None:
     headline = [r for r in pollux if r.context.startswith("all traces")]
     assert headline and all(r.ours.startswith("not modelled") for r in headline)
     table = seed_compare.table(seed_compare.rows("cassini-poisson", {}))
-    assert table.count("\n") == len(seed_setups.setup("cassini-poisson").results) + 1
+    assert table.count("\n") == len(setups.setup("cassini-poisson").results) + 1
 
 
 def test_figures_of_another_experiment_of_the_seed_are_not_matched() -> None:

@@ -11,11 +11,11 @@ import pytest
 
 from mltcp.core.aggressiveness import Aggressiveness
 from mltcp.core.errors import SpecError
-from mltcp.lab.cluster.fabric import LeafSpine
-from mltcp.lab.cluster.jobs import PlacedJob, engine_state
-from mltcp.lab.cluster.network import Network
-from mltcp.lab.cluster.registry import scheduler
-from mltcp.lab.cluster.sim import ClusterSim, JobRequest, poisson_arrivals
+from mltcp.lab.cluster.engine.gpu_jobs import PlacedJob, engine_state
+from mltcp.lab.cluster.engine.leafspine import LeafSpine
+from mltcp.lab.cluster.engine.network import Network
+from mltcp.lab.cluster.engine.simulator import ClusterSim, JobRequest, poisson_arrivals
+from mltcp.lab.cluster.experiments.registry import scheduler
 from mltcp.lab.models import fluid_engine
 
 FABRIC = LeafSpine(leaves=2, servers_per_leaf=2, spines=1, gpus_per_server=4,
@@ -63,7 +63,7 @@ def test_a_run_split_at_scheduling_moments_equals_one_engine_run() -> None:
         rng = random.Random(2)
         free = np.full(FABRIC.servers, FABRIC.gpus_per_server)
         jobs = []
-        from mltcp.lab.cluster.placement import spread
+        from mltcp.lab.cluster.schedulers.placement import spread
         for r in reqs:
             where = spread(FABRIC, free, r.gpus, rng)
             for s, n in where:
@@ -165,7 +165,7 @@ def test_a_job_alone_has_slowdown_one_and_source_routes_are_honoured() -> None:
 def test_a_ring_of_records_ends_every_job_where_full_records_do() -> None:
     # The simulator keeps a ring of each job's last 2 iterations' records; the run must be
     # the one that keeps them all, and the ring must hold the latest iterations.
-    from mltcp.lab.cluster.placement import spread
+    from mltcp.lab.cluster.schedulers.placement import spread
 
     rng, free = random.Random(5), np.full(FABRIC.servers, FABRIC.gpus_per_server)
     jobs = []

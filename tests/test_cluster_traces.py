@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from mltcp.core.errors import SpecError
-from mltcp.lab.cluster import catalogue
-from mltcp.lab.cluster.sim import JobRequest
-from mltcp.lab.cluster.traces import (
+from mltcp.lab.cluster.arrivals import catalogue
+from mltcp.lab.cluster.arrivals.job_traces import (
     IntRange,
     JobMix,
     Weighted,
@@ -25,6 +24,7 @@ from mltcp.lab.cluster.traces import (
     read_csv,
     write_csv,
 )
+from mltcp.lab.cluster.engine.simulator import JobRequest
 
 MIX = JobMix(models=Weighted(("ada/vgg16", "resnet50"), (3.0, 1.0)),
              gpus=Weighted((1, 4, 8), (1.0, 1.0, 2.0)), iterations=IntRange(10, 20))

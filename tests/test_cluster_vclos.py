@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from mltcp.core.errors import SpecError
-from mltcp.lab.cluster.fabric import LeafSpine
-from mltcp.lab.cluster.jobs import JobRequest, PlacedJob
-from mltcp.lab.cluster.network import Network
-from mltcp.lab.cluster.scheduler import Allocation, ClusterView, QueuedJob, RunningJob
-from mltcp.lab.cluster.sim import ClusterSim
-from mltcp.lab.cluster.vclos import (
+from mltcp.lab.cluster.engine.gpu_jobs import JobRequest, PlacedJob
+from mltcp.lab.cluster.engine.leafspine import LeafSpine
+from mltcp.lab.cluster.engine.network import Network
+from mltcp.lab.cluster.engine.scheduling import Allocation, ClusterView, QueuedJob, RunningJob
+from mltcp.lab.cluster.engine.simulator import ClusterSim
+from mltcp.lab.cluster.papers.vclos.schedulers import (
     SCHEDULERS,
     balanced_ecmp_placement,
     cluster512,

@@ -19,8 +19,6 @@ from mltcp.core.dcqcn.knobs import KNOB_BY_NAME
 from mltcp.core.dcqcn.policy import DcqcnPolicy, Mode
 from mltcp.core.errors import SpecError
 from mltcp.core.iteration import IterationTracker
-from mltcp.lab import backends, metrics
-from mltcp.lab.models.dcqcn import simulate
 from mltcp.lab.models.dcqcn.longflows import LongFlows, run_long_flows
 from mltcp.lab.models.dcqcn.model import DcqcnModel, Fabric
 from mltcp.lab.models.dcqcn.params import (
@@ -31,10 +29,12 @@ from mltcp.lab.models.dcqcn.params import (
     ModelParams,
     ScaledKnobs,
 )
-from mltcp.lab.plan import resolve
-from mltcp.lab.runner import run_scenario
-from mltcp.lab.scenario import DEDICATED, Scenario, Scheme, parse_scenario
-from mltcp.lab.trace import Trace, load_trace
+from mltcp.lab.scenario import backends, metrics
+from mltcp.lab.scenario.batched import dcqcn as simulate
+from mltcp.lab.scenario.plan import resolve
+from mltcp.lab.scenario.runner import run_scenario
+from mltcp.lab.scenario.spec import DEDICATED, Scenario, Scheme, parse_scenario
+from mltcp.lab.scenario.trace import Trace, load_trace
 
 
 def short_pair(iterations: int, seeds: tuple[int, ...] = (0,), queue_packets: int = 400,

@@ -65,9 +65,10 @@ def test_demo_compares_schemes_over_seeds_with_dedicated(clean_datapath, tmp_pat
     schemes per seed; the table, the per-seed results and what varies between seeds."""
     from importlib import resources
 
-    from mltcp.lab.demo import DEFAULT_SCENARIO, DEMO_SCHEMES, run_compare_demo
+    from mltcp.lab.scenario.demo import DEFAULT_SCENARIO, DEMO_SCHEMES, run_compare_demo
 
-    text = (resources.files("mltcp.lab") / "scenarios" / f"{DEFAULT_SCENARIO}.toml").read_text()
+    text = (resources.files("mltcp.lab.scenario") / "examples"
+            / f"{DEFAULT_SCENARIO}.toml").read_text()
     short = (text.replace("iterations = 40", "iterations = 3")
              .replace("bottleneck_mbit = 1000", "bottleneck_mbit = 300"))
     assert short.count("iterations = 3") == 2

@@ -17,8 +17,8 @@ import pytest
 
 from mltcp.core.errors import SpecError
 from mltcp.host.namespaces import list_netns, nsenter_argv
-from mltcp.lab.emulation import fabric, netns, owners, traffic
-from mltcp.lab.graph import LinkSpec, NetworkGraph
+from mltcp.lab.scenario.emulation import fabric, netns, owners, traffic
+from mltcp.lab.scenario.graph import LinkSpec, NetworkGraph
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0,
                                 reason="needs root (CAP_NET_ADMIN) to create network namespaces")
@@ -252,7 +252,7 @@ def test_bad_link_is_rejected_before_anything_is_built():
 
 def test_sigterm_cleans_up():
     tag = f"{OUR_PREFIX}sigterm"
-    code = ("import time; from mltcp.lab.emulation import fabric\n"
+    code = ("import time; from mltcp.lab.scenario.emulation import fabric\n"
             f"f = fabric.dumbbell(2, 100, 50, prefix={tag!r})\n"
             "print('ready', flush=True); time.sleep(60)\n")
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
@@ -268,7 +268,7 @@ def test_processes_a_fabric_started_die_with_its_sigkilled_parent():
     """SIGKILL runs no teardown: what Fabric.run started must still not outlive the
     process (setpriv --pdeathsig); the namespaces are left for `mltcp testbed clean`."""
     tag = f"{OUR_PREFIX}orphan"
-    code = ("import os, time; from mltcp.lab.emulation import fabric\n"
+    code = ("import os, time; from mltcp.lab.scenario.emulation import fabric\n"
             f"f = fabric.dumbbell(2, 100, 50, prefix={tag!r})\n"
             "p = f.run('h1', ['sleep', '60'])\n"
             "time.sleep(0.5)\n"               # nsenter -> setpriv -> sleep: exec'd by now

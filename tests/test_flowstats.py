@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mltcp.lab.emulation import flowstats
+from mltcp.lab.scenario.emulation import flowstats
 
 
 def _sample(cwnd: int, delivered: int, ssthresh: int = 10, ca_state: int = 0,

@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 
 from mltcp.core.errors import SpecError
-from mltcp.lab import metrics, schedule
-from mltcp.lab.graph import graph_for, ring_link_ids
-from mltcp.lab.models import fluid, fluid_engine
-from mltcp.lab.models.lanes import Batch, build_batch
-from mltcp.lab.plan import compute_jitter_ms, placement, resolve
-from mltcp.lab.runner import run_one, traces_of
-from mltcp.lab.scenario import Scheme, load_scenario
+from mltcp.lab.models import fluid_engine
+from mltcp.lab.scenario import metrics, schedule
+from mltcp.lab.scenario.batched import fluid
+from mltcp.lab.scenario.batched.lanes import Batch, build_batch
+from mltcp.lab.scenario.graph import graph_for, ring_link_ids
+from mltcp.lab.scenario.plan import compute_jitter_ms, placement, resolve
+from mltcp.lab.scenario.runner import run_one, traces_of
+from mltcp.lab.scenario.spec import Scheme, load_scenario
 
 
 def run_fluid(scenario, scheme, seed, only_job=None):  # type: ignore[no-untyped-def]

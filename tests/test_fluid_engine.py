@@ -19,11 +19,12 @@ import numpy as np
 import pytest
 
 from mltcp.core.errors import SpecError
-from mltcp.lab.models import fluid, fluid_engine
-from mltcp.lab.models.lanes import build_batch
-from mltcp.lab.plan import resolve
-from mltcp.lab.runner import plan_runs
-from mltcp.lab.scenario import load_scenario
+from mltcp.lab.models import fluid_engine
+from mltcp.lab.scenario.batched import fluid
+from mltcp.lab.scenario.batched.lanes import build_batch
+from mltcp.lab.scenario.plan import resolve
+from mltcp.lab.scenario.runner import plan_runs
+from mltcp.lab.scenario.spec import load_scenario
 
 FIRST_ENGINE = json.loads((Path(__file__).parent / "data"
                            / "fluid_examples_first_engine.json").read_text())

@@ -1,7 +1,7 @@
 """The hosts backend, for real: PyTorch DDP over SSH on namespace hosts.
 
 A dumbbell fabric (1 Gbit/s bottleneck marking ECN) whose four hosts each run Debian's
-sshd (:mod:`mltcp.lab.emulation.sshd`); the backend reaches them with the OpenSSH
+sshd (:mod:`mltcp.lab.scenario.emulation.sshd`); the backend reaches them with the OpenSSH
 client exactly as it reaches remote machines, loads the modules, puts each job's
 workers in a cgroup attached as an MLTCP job, runs torchrun with the bundled DDP
 workload (gloo, through the bottleneck) and builds the common trace from the
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from mltcp.lab.emulation import fabric, sshd
-from mltcp.lab.scenario import load_scenario
+from mltcp.lab.scenario.emulation import fabric, sshd
+from mltcp.lab.scenario.spec import load_scenario
 
 pytestmark = [
     pytest.mark.kernel,
@@ -97,7 +97,7 @@ def hosts(bpf_host, tmp_path_factory):
 @pytest.mark.parametrize("scheme", ["cubic", "mltcp-cubic", "mltcp-reno"])
 def test_one_short_run_per_scheme(hosts, scheme) -> None:
     from mltcp.host import datapath, jobs
-    from mltcp.lab.runner import run_scenario
+    from mltcp.lab.scenario.runner import run_scenario
 
     scenario, inventory, work = hosts
     out = work / f"out-{scheme}"
@@ -145,7 +145,7 @@ def test_one_short_run_per_scheme(hosts, scheme) -> None:
 
 def test_a_host_that_cannot_be_reached_is_one_line(hosts, tmp_path) -> None:
     from mltcp.core.errors import MltcpError
-    from mltcp.lab.runner import run_scenario
+    from mltcp.lab.scenario.runner import run_scenario
 
     scenario, inventory, _work = hosts
     broken = tmp_path / "inventory.toml"

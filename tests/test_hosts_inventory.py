@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mltcp.core.errors import SpecError
-from mltcp.lab.hosts.inventory import load_inventory, parse_inventory
+from mltcp.lab.scenario.hosts.inventory import load_inventory, parse_inventory
 
 GOOD = """
 [defaults]
@@ -87,8 +87,8 @@ def test_unreadable_and_broken_files_are_one_line(tmp_path) -> None:
 
 
 def test_one_rank_per_gpu_with_nccl_one_per_host_otherwise(tmp_path) -> None:
-    from mltcp.lab.hosts.training import ranks_on
-    from mltcp.lab.scenario import Workload
+    from mltcp.lab.scenario.hosts.training import ranks_on
+    from mltcp.lab.scenario.spec import Workload
 
     path = tmp_path / "inv.toml"
     path.write_text(GOOD)

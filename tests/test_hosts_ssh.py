@@ -1,7 +1,8 @@
 """The hosts backend's SSH layer against real sshd servers in namespace hosts.
 
 Every host of a dumbbell fabric runs Debian's sshd on its own address
-(:mod:`mltcp.lab.emulation.sshd`); the backend's :class:`~mltcp.lab.hosts.ssh.Session`
+(:mod:`mltcp.lab.scenario.emulation.sshd`); the backend's
+:class:`~mltcp.lab.scenario.hosts.ssh.Session`
 reaches them with the OpenSSH client and one shared connection per host, exactly as it
 reaches remote machines.
 """
@@ -16,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from mltcp.lab.emulation import fabric, sshd
-from mltcp.lab.hosts import inventory, remote, ssh
+from mltcp.lab.scenario.emulation import fabric, sshd
+from mltcp.lab.scenario.hosts import inventory, remote, ssh
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),

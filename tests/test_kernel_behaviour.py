@@ -1,7 +1,7 @@
 """MLTCP's behaviour on real kernel TCP across a netns bottleneck.
 
 The lab is the testbed's own stack: a dumbbell fabric (h1, h2 | bottleneck | h3) and
-one-way traffic jobs (:mod:`mltcp.lab.emulation.traffic`) from h1 or h2 to h3.
+one-way traffic jobs (:mod:`mltcp.lab.scenario.emulation.traffic`) from h1 or h2 to h3.
 
 Bands, and where they come from (measured at 300 Mbit/s HTB, 100-packet byte-limited FIFO,
 3 s bulk flows sampled every 5 ms, measured on this machine kind):
@@ -26,7 +26,7 @@ import uuid
 import pytest
 
 from mltcp.host import datapath, jobs, maps, rules, telemetry
-from mltcp.lab.emulation import fabric, flowstats, traffic
+from mltcp.lab.scenario.emulation import fabric, flowstats, traffic
 
 pytestmark = pytest.mark.kernel
 

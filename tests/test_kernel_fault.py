@@ -34,7 +34,7 @@ SECONDS = 25.0
 
 @pytest.fixture(scope="module")
 def ecn_bench(bpf_host):
-    from mltcp.lab.emulation.faultprobe import EcnBench
+    from mltcp.lab.scenario.emulation.faultprobe import EcnBench
 
     datapath.unload_all()
     datapath.load(["all"])

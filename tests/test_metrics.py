@@ -7,8 +7,8 @@ import json
 import pytest
 
 from mltcp.core.errors import SpecError
-from mltcp.lab import metrics as m
-from mltcp.lab.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace
+from mltcp.lab.scenario import metrics as m
+from mltcp.lab.scenario.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace
 
 
 def job(name: str, comms: list[tuple[float, float]], links: tuple[str, ...] = ("L",),

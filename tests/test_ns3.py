@@ -17,8 +17,8 @@ import pytest
 from mltcp.core.aggressiveness import Aggressiveness
 from mltcp.core.errors import CapabilityError, SpecError
 from mltcp.core.iteration import IterationTracker
-from mltcp.lab.plan import resolve
-from mltcp.lab.scenario import JobPhase, Scheme, load_scenario
+from mltcp.lab.scenario.plan import resolve
+from mltcp.lab.scenario.spec import JobPhase, Scheme, load_scenario
 
 HAVE_CPPYY = importlib.util.find_spec("cppyy") is not None
 HAVE_NS3 = HAVE_CPPYY and importlib.util.find_spec("ns") is not None
@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_cpp_tracker_matches_the_python_reference_event_for_event(seed: int) -> None:
     import cppyy
 
-    from mltcp.lab.ns3 import sim
+    from mltcp.lab.scenario.ns3 import sim
 
     sim.include(cppyy, "mltcp_tracker.h")
     rng = random.Random(seed)
@@ -87,7 +87,7 @@ def _runs(jobs: list[tuple]) -> list:
     processes at a time: most of a small run is the process loading ns-3 and compiling
     the MLTCP classes (~19 s), which two cores do side by side (the Dask sweep below runs
     two workers at once too)."""
-    from mltcp.lab import backends, schedule
+    from mltcp.lab.scenario import backends, schedule
 
     plans = [schedule.apply([resolve(*a)])[0] for a in jobs]
     engine = backends.get("ns3", budget_s=TEST_BUDGET_S)
@@ -154,7 +154,7 @@ def test_f_above_one_grows_faster_in_congestion_avoidance() -> None:
 
 
 def test_backend_says_what_it_needs_without_ns3(monkeypatch) -> None:
-    from mltcp.lab import backends
+    from mltcp.lab.scenario import backends
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(CapabilityError, match=r"mltcp\[ns3\]"):
@@ -166,7 +166,7 @@ def _two_spines(seed_range: range = range(50)):
     leaves with two phases over two connections per worker, and a seed whose ECMP
     draw sends at least one flow over the second spine (so global routing's first
     path would be wrong)."""
-    from mltcp.lab.graph import graph_for, ring_flow_path
+    from mltcp.lab.scenario.graph import graph_for, ring_flow_path
 
     sc = load_scenario("leaf-spine")
     topo = dataclasses.replace(sc.topology, spines=2, host_link_mbit=100,
@@ -189,7 +189,7 @@ def test_leaf_spine_flows_take_their_ecmp_paths_and_phases_are_recorded() -> Non
     """Each ring flow crosses exactly the spine that ring_flow_path drew for this seed
     (the fluid model's path); a model-parallel iteration records both phases, each
     after its compute, with the barrier between them."""
-    from mltcp.lab.graph import directed_id
+    from mltcp.lab.scenario.graph import directed_id
 
     sc, seed, graph, paths = _two_spines()
     (trace,) = _runs([(sc, sc.scheme("cubic"), seed)])
@@ -213,7 +213,7 @@ def test_leaf_spine_flows_take_their_ecmp_paths_and_phases_are_recorded() -> Non
 
 
 def test_simulated_time_limit_covers_the_worst_case() -> None:
-    from mltcp.lab.ns3.launch import max_sim_seconds
+    from mltcp.lab.scenario.ns3.launch import max_sim_seconds
 
     sc = load_scenario("compatible-pair")
     # 40 iterations of 120 ms compute + both jobs' 20 MB at 1 Gbit/s = 11.2 s, doubled.
@@ -226,7 +226,7 @@ def test_a_run_over_its_wall_clock_budget_is_killed(monkeypatch) -> None:
     import subprocess
 
     from mltcp.core.errors import MltcpError
-    from mltcp.lab.ns3 import launch
+    from mltcp.lab.scenario.ns3 import launch
 
     started = []
 
@@ -251,7 +251,7 @@ def test_a_sweep_runs_ns3_points_and_their_dedicated_runs_on_dask(tmp_path) -> N
     under MLTCP with slope 0 (F == 1) is bit-identical to its dedicated run under
     standard cubic, so the ratio is exactly 1."""
     pytest.importorskip("distributed", reason="the sweep extra (dask) is not installed")
-    from mltcp.lab import sweep
+    from mltcp.lab.scenario import sweep
 
     sc = _small()
     sc = dataclasses.replace(sc, jobs=sc.jobs[:1])
@@ -272,7 +272,7 @@ def test_a_sweep_runs_ns3_points_and_their_dedicated_runs_on_dask(tmp_path) -> N
 F_PROBE = """
 import json, random, sys
 from mltcp.core.aggressiveness import MAX_CAP, MAX_INTERCEPT, MAX_SLOPE, MIN_INTERCEPT
-from mltcp.lab.ns3 import sim
+from mltcp.lab.scenario.ns3 import sim
 ns, gbl = sim.load()
 cfg = gbl.ns3.CreateObject[gbl.ns3.MltcpJobConfig]()
 accepts = {}
@@ -322,7 +322,7 @@ def test_the_dumbbell_program_runs_on_its_own(tmp_path) -> None:
     import subprocess
     import sys
 
-    from mltcp.lab.trace import load_trace
+    from mltcp.lab.scenario.trace import load_trace
 
     env = {**__import__("os").environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, str(REPO / "ns3_scenarios" / "dumbbell.py"),

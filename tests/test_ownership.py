@@ -20,9 +20,9 @@ import pytest
 
 from mltcp.host import ownership
 from mltcp.host.ownership import Held, OwnerLock, holder_of
-from mltcp.lab.emulation import owners, traffic
-from mltcp.lab.emulation.procgroup import ProcessGroup
-from mltcp.lab.emulation.traffic import Endpoint, TrafficSpec
+from mltcp.lab.scenario.emulation import owners, traffic
+from mltcp.lab.scenario.emulation.procgroup import ProcessGroup
+from mltcp.lab.scenario.emulation.traffic import Endpoint, TrafficSpec
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -201,7 +201,7 @@ def test_job_drivers_die_with_a_sigkilled_launcher(tmp_path: Path) -> None:
     spec = tmp_path / "spec.json"
     spec.write_text(_loopback_job(tmp_path / "out.json").to_json())
     code = ("import sys, time\n"
-            "from mltcp.lab.emulation import traffic\n"
+            "from mltcp.lab.scenario.emulation import traffic\n"
             f"spec = traffic.TrafficSpec.from_json(open({str(spec)!r}).read())\n"
             "launch = traffic.Launch([spec])\n"
             "print(launch.procs[0].pid, flush=True)\n"

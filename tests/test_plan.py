@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from mltcp.lab import schedule
-from mltcp.lab.graph import ring_flow_path, ring_link_ids
-from mltcp.lab.plan import (
+from mltcp.lab.scenario import schedule
+from mltcp.lab.scenario.graph import ring_flow_path, ring_link_ids
+from mltcp.lab.scenario.plan import (
     compute_jitter_ms,
     ecn_threshold_bytes,
     from_dict,
@@ -20,7 +20,7 @@ from mltcp.lab.plan import (
     resolve,
     shifted,
 )
-from mltcp.lab.scenario import (
+from mltcp.lab.scenario.spec import (
     DEDICATED,
     JobPhase,
     Scheme,

@@ -11,8 +11,8 @@ import threading
 
 import pytest
 
-from mltcp.lab.emulation import netns
-from mltcp.lab.emulation.qdiscs import QdiscReader
+from mltcp.lab.scenario.emulation import netns
+from mltcp.lab.scenario.emulation.qdiscs import QdiscReader
 
 COUNTERS = ("bytes", "packets", "drops", "overlimits", "requeues")
 

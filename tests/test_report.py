@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from mltcp.lab.report import build_report, table
-from mltcp.lab.trace import FlowSample, FlowTrace, IterationRecord, JobTrace, Trace
+from mltcp.lab.scenario.report import build_report, table
+from mltcp.lab.scenario.trace import FlowSample, FlowTrace, IterationRecord, JobTrace, Trace
 
 
 def _job(name: str, period: float, comm: float, offset: float, n: int = 10) -> JobTrace:

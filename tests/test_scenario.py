@@ -16,12 +16,7 @@ import pytest
 from mltcp.core.aggressiveness import Aggressiveness
 from mltcp.core.budget import Collective
 from mltcp.core.errors import SpecError
-from mltcp.lab.scenario import (
-    Scenario,
-    list_examples,
-    load_scenario,
-    parse_scenario,
-)
+from mltcp.lab.scenario.spec import Scenario, list_examples, load_scenario, parse_scenario
 
 MB = 1_000_000
 GOODPUT_1G = 957e6
@@ -31,7 +26,7 @@ EXAMPLES = ("compatible-pair", "incompatible-pair", "three-jobs", "leaf-spine", 
 
 def raw_example(name: str) -> dict[str, Any]:
     """The example as tomllib reads it: the input form, with strings like "10MB"."""
-    text = resources.files("mltcp.lab").joinpath("scenarios", f"{name}.toml").read_text()
+    text = resources.files("mltcp.lab.scenario").joinpath("examples", f"{name}.toml").read_text()
     return tomllib.loads(text)
 
 
@@ -61,7 +56,7 @@ def test_example_loads_and_round_trips(name: str) -> None:
 
 
 def test_load_by_path_equals_load_by_name(tmp_path: Path) -> None:
-    text = resources.files("mltcp.lab").joinpath("scenarios", "three-jobs.toml").read_text()
+    text = resources.files("mltcp.lab.scenario").joinpath("examples", "three-jobs.toml").read_text()
     path = tmp_path / "mine.toml"
     path.write_text(text)
     assert load_scenario(path) == load_scenario(str(path)) == load_scenario("three-jobs")
@@ -426,7 +421,8 @@ def test_toml_syntax_error(tmp_path: Path) -> None:
 
 def test_validation_error_from_file_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "bad.toml"
-    text = resources.files("mltcp.lab").joinpath("scenarios", "compatible-pair.toml").read_text()
+    text = resources.files("mltcp.lab.scenario").joinpath(
+        "examples", "compatible-pair.toml").read_text()
     path.write_text(text.replace("compute_ms = 120", "compute_ms = 0", 1))
     with pytest.raises(SpecError) as caught:
         load_scenario(path)

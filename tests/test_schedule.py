@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from mltcp.lab import metrics, runner, schedule
-from mltcp.lab.plan import resolve
-from mltcp.lab.scenario import Scheme, load_scenario
-from mltcp.lab.schedule import cassini_plan, job_demand
+from mltcp.lab.scenario import metrics, runner, schedule
+from mltcp.lab.scenario.plan import resolve
+from mltcp.lab.scenario.schedule import cassini_plan, job_demand
+from mltcp.lab.scenario.spec import Scheme, load_scenario
 
 CASSINI = Scheme("cassini", "cubic", False, schedule="cassini")
 

@@ -80,7 +80,7 @@ def test_deferred_finishes_the_step_then_raises(capsys: pytest.CaptureFixture[st
 def test_the_netns_hook_stays_out_while_the_cli_unwinds() -> None:
     """The lab's last-resort SIGTERM hook (delete namespaces, then die) would skip the
     run's teardown of jobs, markers and module: under unwinding() it is not installed."""
-    from mltcp.lab.emulation import netns
+    from mltcp.lab.scenario.emulation import netns
 
     class Dummy:
         def close(self) -> None:

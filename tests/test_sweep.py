@@ -8,7 +8,7 @@ import json
 import pytest
 
 from mltcp.core.errors import SpecError
-from mltcp.lab import sweep
+from mltcp.lab.scenario import sweep
 
 
 def test_parse_grid_and_seeds() -> None:

@@ -17,12 +17,12 @@ import pytest
 from mltcp.core.errors import MltcpError, SpecError
 from mltcp.host import datapath, jobs, rules
 from mltcp.host.namespaces import list_netns
-from mltcp.lab import metrics
-from mltcp.lab.emulation import owners, testbed, traffic
-from mltcp.lab.plan import compute_jitter_ms
-from mltcp.lab.runner import run_one
-from mltcp.lab.scenario import load_scenario
-from mltcp.lab.trace import load_trace
+from mltcp.lab.scenario import metrics
+from mltcp.lab.scenario.emulation import owners, testbed, traffic
+from mltcp.lab.scenario.plan import compute_jitter_ms
+from mltcp.lab.scenario.runner import run_one
+from mltcp.lab.scenario.spec import load_scenario
+from mltcp.lab.scenario.trace import load_trace
 
 pytestmark = pytest.mark.kernel
 
@@ -103,7 +103,7 @@ def _drivers() -> list[int]:
 
 def test_a_killed_run_takes_its_drivers_along_and_clean_removes_the_rest(clean_datapath,
                                                                          tmp_path):
-    text = (resources.files("mltcp.lab") / "scenarios" / "compatible-pair.toml").read_text()
+    text = (resources.files("mltcp.lab.scenario") / "examples" / "compatible-pair.toml").read_text()
     spec = tmp_path / "long.toml"
     spec.write_text(text.replace("bottleneck_mbit = 1000", "bottleneck_mbit = 300"))
     assert _drivers() == []
@@ -213,7 +213,7 @@ def test_compute_jitter_is_the_seeded_sequence(clean_datapath):
 def _long_run(tmp_path, iterations: int = 40) -> subprocess.Popen[str]:
     """`mltcp run` of the compatible pair (300 Mbit/s, one seed, MLTCP-Reno: a module,
     jobs, ECN markers, two job drivers), in a process of its own."""
-    text = (resources.files("mltcp.lab") / "scenarios" / "compatible-pair.toml").read_text()
+    text = (resources.files("mltcp.lab.scenario") / "examples" / "compatible-pair.toml").read_text()
     spec = tmp_path / "long.toml"
     spec.write_text(text.replace("bottleneck_mbit = 1000", "bottleneck_mbit = 300")
                     .replace("iterations = 40", f"iterations = {iterations}"))

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from mltcp.core.errors import SpecError
-from mltcp.lab import trace as tr
-from mltcp.lab.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace
+from mltcp.lab.common import provenance
+from mltcp.lab.scenario import trace as tr
+from mltcp.lab.scenario.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace
 
 
 def sample_trace() -> Trace:
@@ -146,7 +147,7 @@ def test_job_and_link_validation() -> None:
 
 
 def test_provenance_keys() -> None:
-    p = tr.provenance({"ns3": "3.40", "hostname": "remote"})
+    p = provenance.provenance({"ns3": "3.40", "hostname": "remote"})
     for key in ("git_sha", "git_dirty", "kernel", "hostname", "python", "mltcp", "numpy",
                 "time_utc"):
         assert key in p, key
@@ -154,7 +155,7 @@ def test_provenance_keys() -> None:
     assert p["ns3"] == "3.40" and p["hostname"] == "remote"    # extra wins
     assert re.fullmatch(r"[0-9a-f]{40}|unknown", p["git_sha"])
     assert p["time_utc"].endswith("+00:00")
-    repo = Path(tr.__file__).resolve().parents[2]
+    repo = Path(provenance.__file__).resolve().parents[3]
     head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
                           text=True, check=False)
     top = subprocess.run(["git", "-C", str(repo), "rev-parse", "--show-toplevel"],

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from mltcp.core.errors import MltcpError, SpecError
-from mltcp.lab.emulation import fabric, traffic
-from mltcp.lab.emulation.sockets import (
+from mltcp.lab.scenario.emulation import fabric, traffic
+from mltcp.lab.scenario.emulation.sockets import (
     TcpInfo,
     connect,
     parse_tcp_info,
@@ -31,7 +31,7 @@ from mltcp.lab.emulation.sockets import (
     set_congestion,
     wait_acked,
 )
-from mltcp.lab.emulation.traffic import Endpoint, TrafficSpec
+from mltcp.lab.scenario.emulation.traffic import Endpoint, TrafficSpec
 
 REPO = Path(__file__).resolve().parents[1]
 RATE_MBIT = 1000

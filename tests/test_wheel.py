@@ -81,11 +81,12 @@ def test_the_wheel_carries_sources_objects_unit_scenarios_and_ns3_programs(wheel
     assert {n for n in names if n.startswith("mltcp/host/bpf/src/")} == {
         f"mltcp/host/bpf/src/{n}" for n in kernel}
     assert "mltcp/host/systemd/mltcp-agent.service" in names
-    assert {f"mltcp/lab/scenarios/{p.name}"
-            for p in (REPO / "mltcp/lab/scenarios").glob("*.toml")} <= names
-    assert {"mltcp/lab/scenarios/compatible-pair.toml", "mltcp/lab/ns3/mltcp_tcp.h",
-            "mltcp/lab/ns3/scenarios/dumbbell.py",
-            "mltcp/lab/ns3/scenarios/leaf_spine.py"} <= names
+    assert {f"mltcp/lab/scenario/examples/{p.name}"
+            for p in (REPO / "mltcp/lab/scenario/examples").glob("*.toml")} <= names
+    assert {"mltcp/lab/scenario/examples/compatible-pair.toml",
+            "mltcp/lab/scenario/ns3/mltcp_tcp.h",
+            "mltcp/lab/scenario/ns3/scenarios/dumbbell.py",
+            "mltcp/lab/scenario/ns3/scenarios/leaf_spine.py"} <= names
     metadata = whl.read("mltcp-0.1.0.dist-info/METADATA").decode()
     hard = [line for line in metadata.splitlines()
             if line.startswith("Requires-Dist:") and "extra ==" not in line]

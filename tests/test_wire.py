@@ -22,8 +22,8 @@ from scapy.layers.inet import IP, TCP  # noqa: E402
 from scapy.layers.l2 import Ether  # noqa: E402
 from scapy.packet import Raw  # noqa: E402
 
-from mltcp.lab.emulation import wire  # noqa: E402
-from mltcp.lab.emulation.capture import SNAP_BYTES, Capture, Frame  # noqa: E402
+from mltcp.lab.scenario.emulation import wire  # noqa: E402
+from mltcp.lab.scenario.emulation.capture import SNAP_BYTES, Capture, Frame  # noqa: E402
 
 A, B = "10.200.0.1", "10.200.0.2"
 
@@ -118,9 +118,9 @@ class Wires:
 def _capture_run(tmp_path: Path, k_bytes: int):
     """One run of the wire scenario with threshold ``k_bytes``; its trace, plan, Wires."""
     from mltcp.host import datapath
-    from mltcp.lab.emulation import testbed
-    from mltcp.lab.plan import resolve
-    from mltcp.lab.scenario import load_scenario
+    from mltcp.lab.scenario.emulation import testbed
+    from mltcp.lab.scenario.plan import resolve
+    from mltcp.lab.scenario.spec import load_scenario
 
     spec = tmp_path / "wire.toml"
     spec.write_text(WIRE_SCENARIO)
@@ -154,7 +154,7 @@ def _capture_run(tmp_path: Path, k_bytes: int):
 def _check_budget_per_iteration(trace, plan, seen: Wires) -> None:
     """(b): each worker's new payload on the wire per iteration is its budget, and it
     sends nothing between iterations (the compute gaps)."""
-    from mltcp.lab.emulation.testbed import BASE_PORT
+    from mltcp.lab.scenario.emulation.testbed import BASE_PORT
 
     [job] = plan.active_jobs
     port = BASE_PORT + job.index                 # where the job's workers listen

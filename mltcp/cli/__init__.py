@@ -3,7 +3,7 @@
 * :mod:`mltcp.cli.host` -- what a network engineer runs on a training host (doctor,
   load, unload, job, status, metrics, agent);
 * :mod:`mltcp.cli.dcqcn` -- the RoCE tuner (``mltcp dcqcn ...``);
-* :mod:`mltcp.cli.lab` -- what a researcher runs (run, compare, sweep, backends,
+* :mod:`mltcp.cli.scenario` -- what a researcher runs (run, compare, sweep, backends,
   testbed, demo).
 
 Each group module defines its parsers and imports what its commands need only when
@@ -31,7 +31,8 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from mltcp import __version__
-from mltcp.cli import cluster, dcqcn, host, lab, output
+from mltcp.cli import cluster, dcqcn, host, output
+from mltcp.cli import scenario as lab
 from mltcp.cli.exits import Exit, epilog
 from mltcp.core import signals
 from mltcp.core.errors import CapabilityError, MltcpError, SpecError

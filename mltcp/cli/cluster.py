@@ -1,9 +1,9 @@
 """Cluster experiments: ``mltcp cluster run``, ``rl-train`` and ``schedulers``.
 
-``run`` takes an experiment config (:mod:`mltcp.lab.cluster.config`), runs every
+``run`` takes an experiment config (:mod:`mltcp.lab.cluster.experiments.config`), runs every
 scheduler x network scheme x seed on the cluster simulator, here or on Dask, and writes
-the report (:mod:`mltcp.lab.cluster.report`).  ``rl-train`` trains the RL scheduler's
-policy (:mod:`mltcp.lab.cluster.rl_train`).  ``schedulers`` lists what a config's
+the report (:mod:`mltcp.lab.cluster.experiments.report`).  ``rl-train`` trains the RL scheduler's
+policy (:mod:`mltcp.lab.cluster.papers.deepshare_rl.train`).  ``schedulers`` lists what a config's
 ``schedulers`` and ``networks`` may name.  Parsing imports nothing of the lab; the
 simulator (numpy, matplotlib) is imported when a command runs.
 """
@@ -27,16 +27,15 @@ def register(sub: Any) -> None:
     rn = cls.add_parser("run", help="every scheduler x network x seed of an experiment "
                                     "config; write report.json, summary.md and plots")
     rn.add_argument("config", help="an experiment TOML file, or an example's name "
-                                   "(mltcp/lab/cluster/examples/, e.g. small)")
+                                   "(mltcp/lab/cluster/experiments/examples/, e.g. small)")
     rn.add_argument("--out", required=True, help="output directory")
     where = rn.add_mutually_exclusive_group()
     where.add_argument("--parallel", type=args_.integer(1, 1024, "4"), metavar="N",
                        help="runs at once on a local Dask cluster of N worker processes "
                             "(1..1024; default: 1, one after the other in this process)")
-    where.add_argument("--scheduler", metavar="ADDR",
-                       help="the Dask scheduler to run on, e.g. tcp://host:8786 (default: "
-                            "none, runs here; not a cluster scheduler: those are in the "
-                            "config)")
+    where.add_argument("--dask", metavar="ADDR",
+                       help="a running Dask cluster to run on, e.g. tcp://host:8786 "
+                            "(default: none, runs here)")
     rn.set_defaults(handler=cmd_run, teardown_signals=True)
 
     tr = cls.add_parser("rl-train", help="train the RL contention-aware scheduler's policy "
@@ -78,12 +77,13 @@ def register(sub: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from mltcp.cli.lab import _out_dir
-    from mltcp.lab.cluster import config, experiment, report
+    from mltcp.lab.cluster.experiments import config, report
+    from mltcp.lab.cluster.experiments import runner as experiment
+    from mltcp.lab.common.outdir import make_out_dir
 
     cfg = config.load_config(args.config)
-    _out_dir(args.out)
-    result = experiment.execute(cfg, parallel=args.parallel or 1, scheduler=args.scheduler)
+    make_out_dir(args.out)
+    result = experiment.execute(cfg, parallel=args.parallel or 1, dask_address=args.dask)
     written = report.write(result, args.out)
     print(report.table(written))
     print()
@@ -97,15 +97,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_rl_train(args: argparse.Namespace) -> int:
     import shlex
 
-    from mltcp.cli.lab import _out_dir
-    from mltcp.lab.cluster import rl_train
+    from mltcp.lab.cluster.papers.deepshare_rl import train as rl_train
+    from mltcp.lab.common.outdir import make_out_dir
 
     given = {k: getattr(args, k) for k in ("trace", "w1", "timesteps", "jobs", "duration_s",
                                             "round_s", "network", "seed", "n_steps",
                                             "gamma", "ent_coef")
              if getattr(args, k) is not None}
     cfg = rl_train.TrainConfig(**given)       # the defaults are TrainConfig's
-    _out_dir(args.out)
+    make_out_dir(args.out)
     # the command that reproduces this policy, every setting spelt out
     flags = ["--out", args.out, "--name", args.name, "--trace", cfg.trace, "--w1", cfg.w1,
              "--timesteps", cfg.timesteps, "--jobs", cfg.jobs, "--duration-s", cfg.duration_s,
@@ -120,9 +120,9 @@ def cmd_rl_train(args: argparse.Namespace) -> int:
 
 
 def cmd_schedulers(args: argparse.Namespace) -> int:
-    from mltcp.lab.cluster.orders import ORDERS
-    from mltcp.lab.cluster.placement import POLICIES
-    from mltcp.lab.cluster.registry import FLAGS, NAMED, NETWORKS
+    from mltcp.lab.cluster.experiments.registry import FLAGS, NAMED, NETWORKS
+    from mltcp.lab.cluster.schedulers.orders import ORDERS
+    from mltcp.lab.cluster.schedulers.placement import POLICIES
 
     known = {"orders": list(ORDERS), "placements": list(POLICIES), "flags": list(FLAGS),
              "named": sorted(NAMED), "networks": list(NETWORKS)}

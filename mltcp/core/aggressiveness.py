@@ -10,8 +10,8 @@ evaluates F in Q16.16 fixed point: the float :class:`Aggressiveness` is what use
 configure; :class:`FixedAggressiveness` is what the eBPF program receives;
 :func:`f_fixed` and :func:`scale_acked` are the *exact* integer operations the kernel
 (``mltcp_f_fixed`` in kernel/mltcp_f.h) and the ns-3 classes (``Aggressiveness::FFixed``
-in mltcp/lab/ns3/mltcp_tracker.h) perform, on Python ints or on numpy integer arrays
-alike (the DCQCN model evaluates every queue pair at once); :func:`f_float` is the
+in mltcp/lab/scenario/ns3/mltcp_tracker.h) perform, on Python ints or on numpy integer
+arrays alike (the DCQCN model evaluates every queue pair at once); :func:`f_float` is the
 float form, which the fluid model's compiled engine evaluates for every flow.  The parameter
 bounds below are rendered into the ns-3 attribute checkers (``MLTCP_MAX_SLOPE`` ...),
 and tests/test_aggressiveness.py evaluates F through all of these and compares them.

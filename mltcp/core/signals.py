@@ -94,7 +94,7 @@ _handler.mltcp_unwinds = True  # type: ignore[attr-defined]
 
 def unwinds(handler: Any) -> bool:
     """Whether ``handler`` is this module's: a signal then unwinds the main thread, so a
-    library's own last-resort signal hook (:mod:`mltcp.lab.emulation.netns`) stays out."""
+    library's own last-resort signal hook (:mod:`mltcp.lab.scenario.emulation.netns`) stays out."""
     return bool(getattr(handler, "mltcp_unwinds", False))
 
 

@@ -5,7 +5,7 @@ The ECN marker and the cleanup of stale markers identify a device by its interfa
 index *and* its namespace's cookie (what BPF's ``bpf_get_netns_cookie`` returns), and
 commands that configure a device inside a namespace must not remount /sys (``ip
 netns exec`` and ``tc -n`` do, hiding the pins under /sys/fs/bpf): they go through
-``nsenter --net=``.  The emulated testbed (:mod:`mltcp.lab.emulation`) builds its
+``nsenter --net=``.  The emulated testbed (:mod:`mltcp.lab.scenario.emulation`) builds its
 fabrics on these too; this module only reads and enters namespaces, it never creates
 one.
 """

@@ -55,9 +55,9 @@ solves an event): 18 us an event, 243 s (12 s standard).  What is left is mostly
 memory latency: the first touch of each of the ~56 link rows and ~45 flow rows an
 event reads (a profile's samples sit on those loads), not arithmetic.
 
-Which F an allocation uses.  The model is :mod:`mltcp.lab.models.fluid`'s (weighted
+Which F an allocation uses.  The model is :mod:`mltcp.lab.scenario.batched.fluid`'s (weighted
 max-min by progressive filling, phases and barriers as
-:mod:`mltcp.lab.models.jobphases` describes them); F is
+:mod:`mltcp.lab.scenario.batched.jobphases` describes them); F is
 :func:`mltcp.core.aggressiveness.f_float`, compiled.  The first engine re-evaluated
 every flow's F at every event of the run; here F is re-evaluated, at an event, for
 the flows that start, stop or reach an F mark and for the active flows that share a
@@ -475,11 +475,12 @@ def carry_over(old: EngineState, new: EngineState, pairs: list[tuple[int, int]],
                t: float) -> None:
     """Jobs that go on from ``old`` into ``new`` (a state made for another set of jobs,
     the same jobs' flows in the same order), at time ``t``: ``pairs`` = (job in old,
-    job in new).  Each job's records, iteration, phase and compute deadline, each
-    flow's bytes left and sent (brought up to ``t``; ``old`` is consumed) and weight
-    x F move over; every active flow gets an event at ``t``, so its rate is computed
-    again there (with the F it had: a rebuild is no event of the flow's, and does not
-    re-evaluate F where a run without the rebuild would not have)."""
+    job in new).  Each job's records, iteration, phase, compute deadline and extra
+    compute still to come (:func:`delay_next_comm`'s holds among it), each flow's bytes
+    left and sent (brought up to ``t``; ``old`` is consumed) and weight x F move over;
+    every active flow gets an event at ``t``, so its rate is computed again there
+    (with the F it had: a rebuild is no event of the flow's, and does not re-evaluate
+    F where a run without the rebuild would not have)."""
     n_old, n_new = len(old.flow_job), len(new.flow_job)
     new.clock[0] = t
     for jo, jn in pairs:
@@ -487,6 +488,7 @@ def carry_over(old: EngineState, new: EngineState, pairs: list[tuple[int, int]],
             getattr(new, rec)[jn] = getattr(old, rec)[jo]
         for var in ("it", "phase", "running", "communicating", "busy"):
             getattr(new, var)[jn] = getattr(old, var)[jo]
+        new.jitter[jn] = old.jitter[jo]
         set_event(new, n_new + jn,
                   old.heap_key[n_old + jo] if old.heap_pos[n_old + jo] >= 0 else math.inf)
         for a, b in zip(range(old.job_ptr[jo], old.job_ptr[jo + 1]),
@@ -499,6 +501,60 @@ def carry_over(old: EngineState, new: EngineState, pairs: list[tuple[int, int]],
             new.fi[b, _ACTIVE] = on
             new.fv[b, _REM], new.fv[b, _SENT] = old.fv[a, _REM], old.fv[a, _SENT]
             new.fv[b, _TLAST], new.fv[b, _W] = t, old.fv[a, _W]
+
+
+def set_clock(st: EngineState, t: float) -> None:
+    """Start the run of a fresh state at ``t`` instead of 0 (its jobs' starts were given
+    as absolute times)."""
+    st.clock[0] = t
+
+
+# -- a job's progress, for a caller that schedules around the run (the cluster
+#    simulator); jobs by index, iterations counted from 0.
+
+
+def iterations_done(st: EngineState, j: int) -> int:
+    """How many iterations job ``j`` has finished."""
+    return int(st.it[j])
+
+
+def is_running(st: EngineState, j: int) -> bool:
+    """Whether job ``j`` has iterations left."""
+    return bool(st.running[j])
+
+
+def iteration_span(st: EngineState, j: int, i: int) -> tuple[float, float]:
+    """Start and end of job ``j``'s iteration ``i`` (NaN where not run; a state with a
+    ring keeps only its last iterations)."""
+    c = column(st, i)
+    return float(st.start[j, c]), float(st.end[j, c])
+
+
+def job_iterations(st: EngineState, j: int) -> tuple[np.ndarray, np.ndarray]:
+    """Starts and ends of job ``j``'s iterations (copies; NaN where not run; a state with
+    a ring keeps only its last iterations, in ring columns)."""
+    return st.start[j].copy(), st.end[j].copy()
+
+
+def next_comm_start(st: EngineState, j: int) -> float:
+    """When running job ``j``'s communication starts: the one it computes towards (its
+    compute's end), or, while it communicates, the current one's start plus what its
+    next iteration will compute longer (the holds asked for it so far)."""
+    item = len(st.flow_job) + j
+    if st.heap_pos[item] >= 0:
+        return float(st.heap_key[item])
+    i = int(st.it[j])
+    return float(st.comm_start[j, column(st, i)] + st.jitter[j, column(st, i + 1)])
+
+
+def delay_next_comm(st: EngineState, j: int, hold_s: float) -> None:
+    """Hold job ``j``'s next communication back by ``hold_s``: a computing job's compute
+    ends later; a communicating job's next iteration computes longer."""
+    item = len(st.flow_job) + j
+    if st.heap_pos[item] >= 0:
+        set_event(st, item, float(st.heap_key[item]) + hold_s)
+    else:
+        st.jitter[j, column(st, int(st.it[j]) + 1)] += hold_s
 
 
 def _next_key(st: EngineState) -> float:

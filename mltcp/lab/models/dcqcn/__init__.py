@@ -6,7 +6,7 @@
   switches, stepped;
 * :mod:`~mltcp.lab.models.dcqcn.longflows` -- long-lived flows on one link (fairness,
   fixed F);
-* :mod:`~mltcp.lab.models.dcqcn.simulate` -- training jobs on it: the ``dcqcn`` backend.
+* :mod:`~mltcp.lab.scenario.batched.dcqcn` -- training jobs on it: the ``dcqcn`` backend.
 
 F reaches the model only through the tuner's own policy (:mod:`mltcp.core.dcqcn`);
 ``rdma/README.md`` is the user's guide.

@@ -51,8 +51,9 @@ so at high rates alpha can grow a little slower than on a NIC); rates are fluid 
 a flow leaves rate limiting within 1 Mb/s (the knobs' resolution) of its maximum.
 
 Many independent runs advance together as *lanes* (first axis of the arrays), like
-:mod:`mltcp.lab.models.fluid`: each lane has its own clock, and a lane with nothing in flight can
-jump over a compute phase in closed form (:meth:`DcqcnModel.idle`).  Every lane of a
+:mod:`mltcp.lab.scenario.batched.fluid`: each lane has its own clock, and a lane with
+nothing in flight can jump over a compute phase in closed form (:meth:`DcqcnModel.idle`).  Every
+lane of a
 model routes its flows alike (one incidence matrix; the jobs layer batches runs with
 different ECMP paths separately), which turns every per-link sum into one matrix
 product.

@@ -41,7 +41,8 @@ US = 1e-6                  # seconds in one microsecond (the knobs' time unit)
 # the TCP backends count 1514 B frames: without preamble, inter-frame gap and FCS.
 RDMA_MTU_BYTES = 1024
 ROCE_HEADER_BYTES = 58
-# The scenario's queue is counted in full-size Ethernet frames (mltcp.lab.scenario.FRAME_BYTES).
+# The scenario's queue is counted in full-size Ethernet frames
+# (mltcp.lab.scenario.spec.FRAME_BYTES).
 QUEUE_SLOT_BYTES = 1514
 
 # The DCQCN paper's switch marking (Zhu et al., SIGCOMM'15, 40 Gbit/s links): RED on

@@ -1,0 +1,448 @@
+"""A cluster experiment as a TOML file: the cluster, the jobs, and what to compare.
+
+An experiment runs the same jobs on the same cluster under every scheduler x network
+scheme x seed (:mod:`mltcp.lab.cluster.experiments.runner`), so that a difference between two
+runs is the scheduler's or the network's and nothing else's.  The file::
+
+    name = "small"
+    schedulers = ["fifo/consolidated", "srtf/first_fit+backfill"]   # registry specs
+    networks = ["fair", "mltcp"]                                    # default: both
+    seeds = [0, 1]                                                  # or "0-4"; default [0]
+    f_steps = 8                                                     # optional
+
+    [cluster]                      # LeafSpine's fields (optional with jobs.setup)
+    leaves = 2
+    servers_per_leaf = 2
+    spines = 1
+
+    [jobs]                         # exactly one of:
+    trace = "jobs.csv"             # a CSV trace (mltcp.lab.cluster.arrivals.job_traces), relative
+                                   # to this file
+    poisson = { n = 20, jobs_per_hour = 120,          # or load = 0.8 (of the GPUs)
+                models = { "resnet50" = 2, "bert" = 1 },  # catalogue names: weights
+                gpus = { "2" = 1, "8" = 2 },          # or a list: equally likely
+                iterations = [100, 500] }             # drawn from lo..hi (or one number)
+    setup = "ada-srsf"             # a seed's experiment (mltcp.lab.cluster.papers.setups);
+                                   # its cluster is the default [cluster]; or
+                                   # { name = "...", first = 1000 }: its first jobs
+
+Where the jobs come from is a *job source*: one frozen dataclass per kind with
+``requests(seed)``, and one parser per ``[jobs]`` key in :data:`JOB_SOURCES`; a new kind
+is one parser and one class.  The generators and the CSV reader are
+:mod:`~mltcp.lab.cluster.arrivals.job_traces`' and
+:mod:`~mltcp.lab.cluster.papers.setups`'; this module only maps the file onto them.  A Poisson trace
+is drawn with each run's seed unless
+``poisson.seed`` fixes it, so seeds vary the arrivals as well as ECMP's and the
+placements' picks; a CSV trace is the same for every seed.
+
+Everything is checked when the file is read (the trace's rows, the schedulers and
+networks by the registries that will build them, the mix against the catalogue and the
+cluster's size), so a bad field fails in one line naming it before any run starts.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from mltcp.core import validate
+from mltcp.core.errors import SpecError
+from mltcp.lab.cluster.arrivals import catalogue
+from mltcp.lab.cluster.arrivals import job_traces as traces
+from mltcp.lab.cluster.engine.gpu_jobs import JobRequest
+from mltcp.lab.cluster.engine.leafspine import LeafSpine
+from mltcp.lab.cluster.papers import setups
+from mltcp.lab.cluster.papers.figures import PaperSetup
+
+if TYPE_CHECKING:
+    from mltcp.lab.cluster.experiments.registry import SchedulerSpec
+
+TOP_KEYS = ("name", "description", "cluster", "jobs", "schedulers", "networks", "seeds",
+            "f_steps")
+CLUSTER_KEYS = ("leaves", "servers_per_leaf", "spines", "gpus_per_server", "server_gbit",
+                "oversubscription", "mtu_bytes", "rails")
+POISSON_KEYS = ("n", "jobs_per_hour", "load", "models", "gpus", "iterations", "seed")
+NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
+DEFAULT_NETWORKS = ("fair", "mltcp")
+MAX_JOBS = 10**7
+MAX_ITERATIONS = 10**9
+
+
+@dataclass(frozen=True)
+class PoissonJobs:
+    """``n`` jobs drawn from ``mix`` at ``jobs_per_hour`` (from ``load``, the fraction
+    of the cluster's GPUs kept busy, when the file gave that); ``seed`` fixes the trace
+    (None: each run's seed draws its own)."""
+
+    n: int
+    jobs_per_hour: float
+    mix: traces.JobMix
+    seed: int | None = None
+    load: float | None = None
+
+    def requests(self, seed: int) -> list[JobRequest]:
+        return traces.poisson_trace(self.n, self.jobs_per_hour, self.mix,
+                                    self.seed if self.seed is not None else seed)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``[jobs]`` table this was parsed from (parsing it gives this back)."""
+        mix = self.mix
+        rate = {"load": self.load} if self.load is not None \
+            else {"jobs_per_hour": self.jobs_per_hour}
+        out: dict[str, Any] = {
+            "n": self.n, **rate,
+            "models": dict(zip(mix.models.values, mix.models.weights, strict=True)),
+            "gpus": {str(g): w for g, w in zip(mix.gpus.values, mix.gpus.weights,
+                                               strict=True)},
+            "iterations": [mix.iterations.lo, mix.iterations.hi]}
+        if self.seed is not None:
+            out["seed"] = self.seed
+        return {"poisson": out}
+
+
+@dataclass(frozen=True)
+class TraceJobs:
+    """The jobs of a CSV trace (read, and so checked, once when the config is)."""
+
+    path: Path
+    jobs: tuple[JobRequest, ...] = field(repr=False, default=())
+
+    def requests(self, seed: int) -> list[JobRequest]:
+        return list(self.jobs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"trace": str(self.path)}
+
+
+@dataclass(frozen=True)
+class SetupJobs:
+    """The jobs of one of the seeds' experiments, by its key in
+    :mod:`mltcp.lab.cluster.papers.setups`; ``first``: only the first so many by arrival
+    (a large setup, vClos's 5,000 jobs, cut to what a run should take)."""
+
+    name: str
+    first: int | None = None
+
+    def requests(self, seed: int) -> list[JobRequest]:
+        jobs = setups.jobs(self.name, seed)
+        return jobs if self.first is None else \
+            sorted(jobs, key=lambda j: (j.arrival_s, j.name))[:self.first]
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.first is None:
+            return {"setup": self.name}
+        return {"setup": {"name": self.name, "first": self.first}}
+
+
+JobSource = PoissonJobs | TraceJobs | SetupJobs
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """Every scheduler x network x seed on ``cluster`` with the jobs of ``jobs``."""
+
+    name: str
+    cluster: LeafSpine
+    jobs: JobSource
+    schedulers: tuple[str, ...]
+    networks: tuple[str, ...] = DEFAULT_NETWORKS
+    seeds: tuple[int, ...] = (0,)
+    f_steps: int = 8
+    description: str = ""
+    # Each of ``schedulers`` parsed and checked once, when the file was read (what the
+    # runs build their schedulers from; a config made in code has none, and the runner
+    # parses its schedulers once).
+    scheduler_specs: tuple[SchedulerSpec, ...] = field(default=(), compare=False,
+                                                       repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as a file would give it (:func:`parse_config` gives it back)."""
+        return {"name": self.name, "description": self.description,
+                "cluster": asdict(self.cluster), "jobs": self.jobs.to_dict(),
+                "schedulers": list(self.schedulers), "networks": list(self.networks),
+                "seeds": list(self.seeds), "f_steps": self.f_steps}
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def load_config(path_or_name: str | Path) -> ExperimentConfig:
+    """An experiment from a TOML file, or a packaged example (``examples/``) by bare
+    name; a relative trace path is taken from the file's directory."""
+    path = Path(path_or_name)
+    if not path.is_file() and isinstance(path_or_name, str) and NAME.fullmatch(path_or_name):
+        example = examples_dir().joinpath(f"{path_or_name}.toml")
+        if example.is_file():
+            path = Path(str(example))
+    label = str(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise SpecError("config", f"{label}: no such file", "give an existing .toml file or "
+                        f"one of: {', '.join(list_examples())}") from None
+    except OSError as err:
+        raise SpecError("config", f"{label}: {err.strerror or err}",
+                        "give a readable .toml file") from None
+    except UnicodeDecodeError:
+        raise SpecError("config", f"{label}: not UTF-8 text", "save the file as UTF-8") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError("config", f"{label}: {err}", "fix the TOML syntax") from None
+    return parse_config(data, path.parent, label, default_name=path.stem)
+
+
+def parse_config(data: Mapping[str, Any], base_dir: Path = Path("."), source: str = "",
+                 default_name: str = "experiment") -> ExperimentConfig:
+    """The experiment of a dict as tomllib reads it; errors name the field (and
+    ``source``, the file, when given)."""
+    try:
+        return _parse(data, base_dir, default_name)
+    except SpecError as err:
+        if not source:
+            raise
+        raise SpecError(err.field, f"{err.problem} (in {source})", err.fix) from None
+
+
+def _parse(data: Mapping[str, Any], base_dir: Path, default_name: str) -> ExperimentConfig:
+    _table(data, "", TOP_KEYS, "write the experiment as name, schedulers, [cluster], [jobs]")
+    name = data.get("name", default_name if NAME.fullmatch(default_name) else "experiment")
+    name = validate.name(name, "name", NAME, "1-40 of a-z, 0-9, '_' and '-'", '"small"')
+    description = validate.text(data.get("description", ""), "description", '"what it shows"')
+    jobs_table = _table(_required(data, "jobs", 'a [jobs] table with trace = "jobs.csv"'),
+                        "jobs", tuple(JOB_SOURCES), 'write [jobs] with trace = "jobs.csv"')
+    if "cluster" in data:
+        cluster = _cluster(data["cluster"])
+    elif isinstance(jobs_table.get("setup"), str | Mapping):
+        cluster = _setup(jobs_table["setup"]).fabric         # the seed's own cluster
+    else:
+        _missing("cluster", "a [cluster] table with leaves = 2, servers_per_leaf = 2, "
+                            "spines = 1 (or [jobs] setup = ..., which brings its own)")
+    jobs = _jobs(jobs_table, base_dir, cluster)
+    schedulers = _names(_required(data, "schedulers", 'schedulers = ["fifo/consolidated"]'),
+                        "schedulers", '["fifo/consolidated", "srtf/first_fit"]')
+    specs = tuple(_parse_scheduler(spec, f"schedulers[{i}]", cluster)
+                  for i, spec in enumerate(schedulers))
+    networks = _names(data.get("networks", list(DEFAULT_NETWORKS)), "networks",
+                      '["fair", "mltcp"]')
+    for i, scheme in enumerate(networks):
+        _check_network(scheme, f"networks[{i}]", cluster)
+    seeds = _seeds(data.get("seeds", [0]))
+    f_steps = validate.integer(data.get("f_steps", 8), "f_steps", 0, 1_000_000, "8")
+    return ExperimentConfig(name, cluster, jobs, schedulers, networks, seeds, f_steps,
+                            description, specs)
+
+
+def _table(value: object, path: str, allowed: tuple[str, ...], example: str
+           ) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise SpecError(path or "config", f"must be a table (got {type(value).__name__})",
+                        example)
+    validate.known_keys(value, path, allowed)
+    return value
+
+
+def _required(data: Mapping[str, Any], key: str, example: str) -> Any:
+    if key not in data:
+        _missing(key, example)
+    return data[key]
+
+
+def _missing(field_: str, example: str) -> NoReturn:
+    raise SpecError(field_, "is missing", f"add {example}")
+
+
+def _cluster(value: object) -> LeafSpine:
+    table = _table(value, "cluster", CLUSTER_KEYS, "write [cluster] with leaves = 2, ...")
+    for key in ("leaves", "servers_per_leaf", "spines"):
+        if key not in table:
+            _missing(f"cluster.{key}", f"{key} = 2 under [cluster]")
+    return LeafSpine(**table)               # checks every field as cluster.<field>
+
+
+def _names(value: object, field_: str, example: str) -> tuple[str, ...]:
+    """A non-empty list of distinct strings."""
+    if not isinstance(value, list) or not value:
+        raise SpecError(field_, f"must be a non-empty list (got {value!r})", f"use {example}")
+    names = tuple(validate.text(v, f"{field_}[{i}]", example) for i, v in enumerate(value))
+    for i, v in enumerate(names):
+        if v in names[:i]:
+            raise SpecError(f"{field_}[{i}]", f"{v!r} is listed twice", "list each once")
+    return names
+
+
+def _parse_scheduler(spec: str, field_: str, cluster: LeafSpine) -> SchedulerSpec:
+    from mltcp.lab.cluster.experiments.registry import parse_scheduler
+
+    try:
+        return parse_scheduler(spec, cluster)
+    except SpecError as err:
+        raise SpecError(field_, err.problem, err.fix) from None
+
+
+def _check_network(scheme: str, field_: str, cluster: LeafSpine) -> None:
+    from mltcp.lab.cluster.experiments.registry import network
+
+    try:
+        network(scheme, cluster)
+    except SpecError as err:
+        raise SpecError(field_, err.problem, err.fix) from None
+
+
+def _seeds(value: object) -> tuple[int, ...]:
+    if isinstance(value, str):
+        return validate.seeds(value, "seeds")
+    if not isinstance(value, list) or not value:
+        raise SpecError("seeds", f"must be a non-empty list or a range (got {value!r})",
+                        'use e.g. [0, 1, 2] or "0-4"')
+    seeds = tuple(validate.integer(v, f"seeds[{i}]", 0, 2**32 - 1, "0")
+                  for i, v in enumerate(value))
+    for i, s in enumerate(seeds):
+        if s in seeds[:i]:
+            raise SpecError(f"seeds[{i}]", f"seed {s} is listed twice", "list each once")
+    return seeds
+
+
+# --------------------------------------------------------------------------- job sources
+
+
+def _jobs(table: Mapping[str, Any], base_dir: Path, cluster: LeafSpine) -> JobSource:
+    given = [k for k in JOB_SOURCES if k in table]
+    if len(given) != 1:
+        problem = "has none of" if not given else f"has {' and '.join(given)}, more than one of"
+        raise SpecError("jobs", f"{problem} {', '.join(JOB_SOURCES)}",
+                        "give exactly one source of jobs")
+    key = given[0]
+    return JOB_SOURCES[key](table[key], f"jobs.{key}", base_dir, cluster)
+
+
+def _trace(value: object, field_: str, base_dir: Path, cluster: LeafSpine) -> TraceJobs:
+    text = validate.text(value, field_, '"jobs.csv"')
+    path = Path(text)
+    path = path if path.is_absolute() else base_dir / path
+    if not path.is_file():
+        raise SpecError(field_, f"{path}: no such file", "give a CSV file (relative paths are "
+                        "taken from the config's directory)")
+    return TraceJobs(path, tuple(traces.read_csv(path)))
+
+
+def _poisson(value: object, field_: str, base_dir: Path, cluster: LeafSpine) -> PoissonJobs:
+    table = _table(value, field_, POISSON_KEYS, "write poisson = { n = 20, jobs_per_hour = "
+                   '120, models = { "resnet50" = 1 }, gpus = [8], iterations = [100, 500] }')
+    for key in ("n", "models", "gpus", "iterations"):
+        if key not in table:
+            _missing(f"{field_}.{key}", f"{key} to {field_}")
+    rates = [k for k in ("jobs_per_hour", "load") if k in table]
+    if len(rates) != 1:
+        raise SpecError(field_, "needs exactly one of jobs_per_hour and load",
+                        "give jobs_per_hour = 120, or load = 0.8 (of the cluster's GPUs)")
+    n = validate.integer(table["n"], f"{field_}.n", 1, MAX_JOBS, "20")
+    mix = traces.JobMix(
+        _weighted(table["models"], f"{field_}.models", _catalogue_name, '"resnet50"'),
+        _weighted(table["gpus"], f"{field_}.gpus", lambda v, f: _gpus(v, f, cluster), "8"),
+        _iterations(table["iterations"], f"{field_}.iterations"))
+    load = None
+    if "load" in table:
+        load = validate.number(table["load"], f"{field_}.load", 0, 10, "0.8", lo_open=True)
+        rate = traces.jobs_per_hour_for_load(load, cluster.gpus, mix, cluster.nic_gbit,
+                                             cluster.gpus_per_server)
+    else:
+        rate = validate.number(table["jobs_per_hour"], f"{field_}.jobs_per_hour", 0, 1e9,
+                               "120", lo_open=True)
+    seed = table.get("seed")
+    if seed is not None:
+        seed = validate.integer(seed, f"{field_}.seed", 0, 2**32 - 1, "0")
+    return PoissonJobs(n, rate, mix, seed, load)
+
+
+def _weighted(value: object, field_: str, check: Callable[[Any, str], Any],
+              example: str) -> traces.Weighted:
+    """A list (equally likely) or a table of value = weight, each value checked."""
+    if isinstance(value, list) and value:
+        pairs = [(v, 1.0, f"{field_}[{i}]") for i, v in enumerate(value)]
+    elif isinstance(value, Mapping) and value:
+        pairs = [(k, w, f"{field_}.{k}") for k, w in value.items()]
+    else:
+        raise SpecError(field_, f"must be a non-empty list or table (got {value!r})",
+                        f"give e.g. [{example}] or {{ {example} = 1 }}")
+    values, weights = [], []
+    for v, w, where in pairs:
+        values.append(check(v, where))
+        weights.append(validate.number(w, where, 0, 1e12, "1", lo_open=True,
+                                       fix="give a weight > 0, e.g. 1"))
+    for i, v in enumerate(values):
+        if v in values[:i]:
+            raise SpecError(pairs[i][2], f"{v!r} is listed twice", "list each once")
+    return traces.Weighted(tuple(values), tuple(weights), field_)
+
+
+def _catalogue_name(value: object, where: str) -> str:
+    try:
+        return catalogue.profile(value).name          # type: ignore[arg-type]
+    except SpecError as err:
+        raise SpecError(where, err.problem, err.fix) from None
+
+
+def _gpus(value: object, where: str, cluster: LeafSpine) -> int:
+    """A GPU count (a table's keys are strings: "8" = 2)."""
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    return validate.integer(value, where, 1, cluster.gpus, "8")
+
+
+def _iterations(value: object, field_: str) -> traces.IntRange:
+    if validate.is_integer(value):
+        value = [value, value]
+    if not isinstance(value, list) or len(value) != 2:
+        raise SpecError(field_, f"must be [lo, hi] or one number (got {value!r})",
+                        "give e.g. [100, 500]")
+    lo = validate.integer(value[0], f"{field_}[0]", 1, MAX_ITERATIONS, "100")
+    hi = validate.integer(value[1], f"{field_}[1]", 1, MAX_ITERATIONS, "500")
+    if hi < lo:
+        raise SpecError(f"{field_}[1]", f"{hi} is below lo = {lo}", "give [lo, hi], lo <= hi")
+    return traces.IntRange(lo, hi, field_)
+
+
+def _setup_jobs(value: object, field_: str, base_dir: Path, cluster: LeafSpine) -> SetupJobs:
+    """``setup = "name"`` or ``setup = { name = "name", first = 1000 }``."""
+    if not isinstance(value, Mapping):
+        return SetupJobs(_setup(value, field_).key)
+    table = _table(value, field_, ("name", "first"),
+                   f'write setup = {{ name = "{setups.names()[0]}", first = 100 }}')
+    first = validate.integer(table["first"], f"{field_}.first", 1, 10**7, "1000") \
+        if "first" in table else None
+    return SetupJobs(_setup(table, field_).key, first)
+
+
+def _setup(value: object, field_: str = "jobs.setup") -> PaperSetup:
+    if isinstance(value, Mapping):
+        if "name" not in value:
+            _missing(f"{field_}.name", f'name = "{setups.names()[0]}" to {field_}')
+        value, field_ = value["name"], f"{field_}.name"
+    name = validate.text(value, field_, f'"{setups.names()[0]}"')
+    try:
+        return setups.setup(name)
+    except SpecError as err:
+        raise SpecError(field_, err.problem, err.fix) from None
+
+
+JOB_SOURCES: dict[str, Callable[[Any, str, Path, LeafSpine], JobSource]] = {
+    "trace": _trace, "poisson": _poisson, "setup": _setup_jobs}
+
+
+# --------------------------------------------------------------------------- examples
+
+
+def examples_dir() -> Any:
+    return resources.files("mltcp.lab.cluster.experiments").joinpath("examples")
+
+
+def list_examples() -> list[str]:
+    folder = examples_dir()
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml")) \
+        if folder.is_dir() else []

@@ -1,0 +1,112 @@
+"""Schedulers and network schemes by name, as configs and the CLI name them.
+
+A scheduler is written ``ORDER/PLACEMENT`` (e.g. ``fifo/consolidated``,
+``srtf/first_fit``), with ``+preempt`` for a preemptive order (``las/consolidated+preempt``)
+and ``+backfill`` to let jobs that fit pass a waiting head; or the name of one of the
+seeds' schedulers that decides differently (registered in :data:`NAMED`).  A network
+scheme is a name in :data:`NETWORKS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+from mltcp.core.errors import SpecError
+from mltcp.lab.cluster.engine import network as _network
+from mltcp.lab.cluster.engine.leafspine import LeafSpine
+from mltcp.lab.cluster.engine.network import Network
+from mltcp.lab.cluster.engine.scheduling import Scheduler
+from mltcp.lab.cluster.papers.ada_srsf import schedulers as ada_srsf
+from mltcp.lab.cluster.papers.cassini import schedulers as cassini_sched
+from mltcp.lab.cluster.papers.cassini import timeshifts as cassini_net
+from mltcp.lab.cluster.papers.deepshare_rl import rules as deepshare
+from mltcp.lab.cluster.papers.deepshare_rl import schedulers as rl_sched
+from mltcp.lab.cluster.papers.vclos import schedulers as vclos
+from mltcp.lab.cluster.schedulers.orders import ORDERS, order
+from mltcp.lab.cluster.schedulers.placement import POLICIES
+from mltcp.lab.cluster.schedulers.queue import QueueScheduler, placement_from
+
+# Preemptive orders re-rank every this many seconds as well (Tiresias' LAS uses rounds of
+# minutes; a job is only preempted for one that ranks before it).
+PREEMPT_ROUND_S = 60.0
+FLAGS = ("preempt", "backfill")
+
+NAMED: dict[str, Callable[[LeafSpine], Scheduler]] = {
+    **ada_srsf.SCHEDULERS, **vclos.SCHEDULERS, "cassini": cassini_sched.cassini,
+    "deepshare-las": lambda fabric: deepshare.baseline("las", fabric),
+    "deepshare-srtf": lambda fabric: deepshare.baseline("srtf", fabric),
+    "rl-base": lambda fabric: rl_sched.rl_scheduler("rl-base", fabric),
+    "rl-hybrid": lambda fabric: rl_sched.rl_scheduler("rl-hybrid", fabric),
+    **{name: (lambda fabric, name=name: rl_sched.rule_scheduler(name, fabric))
+       for name in ("deepshare-first-fit", "deepshare-random")},
+}
+# rl-base@PATH / rl-hybrid@PATH: the RL scheduler with the policy checkpoint at PATH
+POLICY_SEP = "@"
+
+NETWORKS: dict[str, Callable[[LeafSpine], Network]] = {
+    "fair": _network.fair, "mltcp": _network.mltcp,
+    "ada-dual": ada_srsf.ada_dual, "cassini": cassini_net.cassini_network,
+    **{f"srsf-{n}": (lambda fabric, n=n: ada_srsf.srsf_comm(fabric, n)) for n in (1, 2, 3)},
+}
+
+
+def network(name: str, fabric: LeafSpine) -> Network:
+    """The network scheme ``name`` on ``fabric`` (schemes that rank jobs need it)."""
+    if name not in NETWORKS:
+        raise SpecError("network", f"unknown scheme {name!r}",
+                        f"use one of: {', '.join(NETWORKS)}")
+    return NETWORKS[name](fabric)
+
+
+@dataclass
+class SchedulerSpec:
+    """A scheduler spec, parsed and checked against a fabric once (what a config holds
+    for each of its schedulers).  Checking builds the scheduler (a scheduler checks its
+    fabric when made); that one goes to the first run, and each later run gets a fresh
+    one from :meth:`build` (a scheduler keeps one run's state)."""
+
+    spec: str
+    make: Callable[[], Scheduler] = field(repr=False)
+    _checked: list[Scheduler] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        self._checked.append(self.make())
+
+    def build(self) -> Scheduler:
+        return self._checked.pop() if self._checked else self.make()
+
+
+def parse_scheduler(spec: str, fabric: LeafSpine) -> SchedulerSpec:
+    """The scheduler ``spec`` names on ``fabric``, checked; a one-line SpecError
+    otherwise."""
+    if spec in NAMED:
+        return SchedulerSpec(spec, partial(NAMED[spec], fabric))
+    kind, sep, policy = spec.partition(POLICY_SEP)
+    if sep and kind in ("rl-base", "rl-hybrid"):
+        return SchedulerSpec(spec, partial(rl_sched.rl_scheduler, kind, fabric, policy))
+    base, *flags = spec.split("+")
+    order_name, sep, place_name = base.partition("/")
+    fix = (f"write ORDER/PLACEMENT[+preempt][+backfill] with ORDER one of "
+           f"{', '.join(ORDERS)} and PLACEMENT one of {', '.join(POLICIES)}"
+           + (f", or one of {', '.join(NAMED)}" if NAMED else ""))
+    if not sep or order_name not in ORDERS or place_name not in POLICIES:
+        raise SpecError("scheduler", f"unknown scheduler {spec!r}", fix)
+    bad = [f for f in flags if f not in FLAGS]
+    if bad:
+        raise SpecError("scheduler", f"unknown flag +{bad[0]} in {spec!r}", fix)
+    preempt = "preempt" in flags
+
+    def make() -> Scheduler:
+        return QueueScheduler(spec, order(order_name, fabric),
+                              placement_from(POLICIES[place_name]),
+                              blocking="backfill" not in flags, preemptive=preempt,
+                              round_s=PREEMPT_ROUND_S if preempt else 0.0)
+
+    return SchedulerSpec(spec, make)
+
+
+def scheduler(spec: str, fabric: LeafSpine) -> Scheduler:
+    """The scheduler ``spec`` names on ``fabric`` (parsed and built at once)."""
+    return parse_scheduler(spec, fabric).build()

@@ -1,0 +1,61 @@
+"""Where a result's numbers came from: the build, the machine, the versions.
+
+Every trace of the scenario wing and every report of the cluster wing carries one
+(:func:`provenance`), so that a surprising figure can be traced back to the commit and
+host that made it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import socket
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+import mltcp
+
+# The checkout this package runs from, if any: mltcp/lab/common/ -> the repository.
+_REPO_DIR = Path(__file__).resolve().parents[3]
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(_REPO_DIR), *args], capture_output=True,
+                             text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def provenance(extra: dict | None = None) -> dict:
+    """Where a trace's numbers came from, so a surprising result can be traced to its build.
+
+    Keys: ``git_sha`` (HEAD of the checkout this package runs from, ``"unknown"``
+    when it is installed rather than run from a checkout: only a checkout whose
+    top level is the package's parent directory counts, so a virtual
+    environment inside some other repository does not lend its SHA),
+    ``git_dirty`` (uncommitted changes to tracked files; False when unknown),
+    ``kernel`` (platform.release()), ``hostname``, ``python``, ``mltcp`` and
+    ``numpy`` (versions), ``time_utc`` (ISO 8601).  ``extra`` is merged last and
+    wins, e.g. a remote host's kernel or an ns-3 version.
+    """
+    top = _git("rev-parse", "--show-toplevel")
+    in_checkout = top is not None and Path(top).resolve() == _REPO_DIR
+    sha = _git("rev-parse", "HEAD") if in_checkout else None
+    status = _git("status", "--porcelain", "--untracked-files=no") if in_checkout else None
+    info = {
+        "git_sha": sha or "unknown",
+        "git_dirty": bool(status),
+        "kernel": platform.release(),
+        "hostname": socket.gethostname(),
+        "python": platform.python_version(),
+        "mltcp": mltcp.__version__,
+        "numpy": np.__version__,
+        "time_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+    if extra:
+        info.update(extra)
+    return info

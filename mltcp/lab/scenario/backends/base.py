@@ -1,0 +1,87 @@
+"""The contract every backend keeps: run resolved plans, return common traces.
+
+A backend is one module of :mod:`mltcp.lab.scenario.backends` that defines ``BACKEND``, a class
+implementing :class:`Backend`: a name, what it can do (:class:`Capabilities`), a
+:meth:`~Backend.require` that says in one line why it cannot run on this host, a
+:meth:`~Backend.check` that refuses a plan it cannot run before anything starts, and
+:meth:`~Backend.run`, which takes plans (:mod:`mltcp.lab.scenario.plan`) and yields one
+:class:`~mltcp.lab.scenario.trace.Trace` per plan as each completes.  The runner, sweeps and
+benchmarks talk to backends only through this contract and the registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from mltcp.core.errors import SpecError
+
+if TYPE_CHECKING:
+    from mltcp.lab.scenario.plan import RunPlan
+    from mltcp.lab.scenario.trace import Trace
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do; the runner and sweeps decide by these, never by name.
+
+    ``batched``: runs of one structure advance together (one call costs about one run),
+    so sweeps hand it chunks of points.  ``parallel``: independent runs may execute at
+    once in separate processes (``--parallel N``).  ``exclusive_host``: it drives this
+    host's kernel (namespaces, the eBPF datapath) in real time, so runs go one at a time
+    and never to a Dask cluster.  ``phases``: it runs model-parallel phases.
+    ``records``: what its traces carry besides iterations (``links``, ``queues``,
+    ``ecn``, ``drops``, ``cwnd``, ``losses``).
+    """
+
+    batched: bool = False
+    parallel: bool = False
+    exclusive_host: bool = False
+    phases: bool = True
+    records: frozenset[str] = frozenset()
+
+
+class Backend:
+    """Base of every backend: the contract, with the checks all of them share."""
+
+    name: ClassVar[str]
+    capabilities: ClassVar[Capabilities]
+
+    def require(self) -> None:
+        """Raise :class:`~mltcp.core.errors.CapabilityError` (one line: what is missing
+        and how to get it) unless this backend can run on this host."""
+
+    def check(self, plan: RunPlan) -> None:
+        """Raise :class:`~mltcp.core.errors.SpecError` naming the field if this backend
+        cannot run ``plan`` (before anything is built or started)."""
+        if not self.capabilities.phases:
+            for job in plan.jobs:
+                if job.spec.phases is not None:
+                    raise SpecError(f"jobs[{job.index}].phases",
+                                    f"the {self.name} backend runs one communication phase "
+                                    "per iteration",
+                                    "run model-parallel phases with --backend fluid, or give "
+                                    "compute_ms instead of phases")
+
+    def run(self, plans: Sequence[RunPlan], progress: Progress | None = None,
+            parallel: int = 1) -> Iterator[tuple[int, Trace]]:
+        """Run every plan; yield (index into ``plans``, its trace) as each completes.
+        ``parallel`` > 1 only where :attr:`Capabilities.parallel`."""
+        raise NotImplementedError
+
+
+def simulated_progress(model: str, plans: Sequence[RunPlan],
+                       progress: Progress | None) -> Callable[[float], None]:
+    """A model's progress callback (simulated seconds reached by all its lanes) turned
+    into the runner's progress lines."""
+    say = progress or (lambda _msg: None)
+    horizon = max((p.nominal_duration_s for p in plans), default=0.0)
+
+    def advanced(simulated_s: float) -> None:
+        say(f"{model} model: {len(plans)} runs at {simulated_s:.2f} s simulated "
+            f"(of ~{horizon:.1f} s)")
+
+    return advanced

@@ -1,0 +1,32 @@
+"""The ``dcqcn`` backend: plans on the DCQCN model (:mod:`mltcp.lab.models.dcqcn`).
+
+RoCE: every scheme runs DCQCN; an MLTCP scheme's F reaches the queue pairs through the
+tuner's own knob policy.  Plans of one structure advance as lanes of one model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from mltcp.lab.scenario.backends.base import Backend, Capabilities, Progress, simulated_progress
+from mltcp.lab.scenario.batched.dcqcn import DcqcnOptions, run_many
+from mltcp.lab.scenario.plan import RunPlan
+from mltcp.lab.scenario.trace import Trace
+
+
+class DcqcnBackend(Backend):
+    name = "dcqcn"
+    capabilities = Capabilities(batched=True,
+                                records=frozenset({"links", "queues", "ecn", "drops"}))
+
+    def __init__(self, options: DcqcnOptions | None = None) -> None:
+        self.options = options or DcqcnOptions()
+
+    def run(self, plans: Sequence[RunPlan], progress: Progress | None = None,
+            parallel: int = 1) -> Iterator[tuple[int, Trace]]:
+        traces = run_many(plans, self.options,
+                          progress=simulated_progress("dcqcn", plans, progress))
+        yield from enumerate(traces)
+
+
+BACKEND = DcqcnBackend

@@ -1,0 +1,33 @@
+"""The ``fluid`` backend: plans on the flow-level model (:mod:`mltcp.lab.scenario.batched.fluid`).
+
+All plans go in one call: plans of one structure form one batch, each run an engine
+state of the compiled event engine (:mod:`mltcp.lab.models.fluid_engine`).  No root,
+no queues: link samples carry throughput only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from mltcp.lab.scenario.backends.base import Backend, Capabilities, Progress, simulated_progress
+from mltcp.lab.scenario.batched.fluid import FluidOptions, run_many
+from mltcp.lab.scenario.plan import RunPlan
+from mltcp.lab.scenario.trace import Trace
+
+
+class FluidBackend(Backend):
+    name = "fluid"
+    capabilities = Capabilities(batched=True, records=frozenset({"links"}))
+
+    def __init__(self, options: FluidOptions | None = None, record_links: bool = True) -> None:
+        self.options = options or FluidOptions()
+        self.record_links = record_links
+
+    def run(self, plans: Sequence[RunPlan], progress: Progress | None = None,
+            parallel: int = 1) -> Iterator[tuple[int, Trace]]:
+        traces = run_many(plans, self.options, record_links=self.record_links,
+                          progress=simulated_progress("fluid", plans, progress))
+        yield from enumerate(traces)
+
+
+BACKEND = FluidBackend

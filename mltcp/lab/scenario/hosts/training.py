@@ -1,0 +1,394 @@
+"""One plan's training jobs on real hosts: cgroups, datapath jobs, torchrun workers.
+
+For every job of a plan this puts each host's workers in a cgroup of their own
+(``mltcp-<run>/<job>`` under the host's cgroup2 mount), attaches that cgroup as an
+MLTCP job on each kernel (zero-touch: the training script only carries the optional
+hook), starts ``torchrun`` with the bundled DDP workload (:mod:`mltcp.workloads.ddp`)
+on each host over SSH, and brings the hook's per-iteration records back.  For an MLTCP
+scheme a run-scoped ``mltcp agent`` on every kernel keeps the jobs' configs fresh (they
+expire after their stale timeout otherwise) and serves the hook's end-of-iteration
+signal on ``/tmp/mltcp-hosts-<run>/agent.sock``; the datapath's own counts (iterations,
+gap and budget boundaries, signals) are read before the jobs are detached.  Everything
+it creates is undone by :meth:`HostRun.close`, also after a failed worker, a dead host,
+Ctrl-C or SIGTERM: the cgroup's ``cgroup.kill`` ends every worker process there,
+whatever became of the SSH channel that started it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mltcp import hook
+from mltcp.core.budget import JobDescription
+from mltcp.core.errors import SpecError
+from mltcp.lab.scenario.hosts.inventory import HostSpec, Inventory
+from mltcp.lab.scenario.hosts.remote import HostFacts, RemoteHost, kernels
+from mltcp.lab.scenario.hosts.ssh import HostError, Session
+from mltcp.lab.scenario.plan import JobPlan, RunPlan
+from mltcp.lab.scenario.spec import Workload
+
+BASE_PORT = 29500                 # rendezvous port of job i: BASE_PORT + i
+WORKLOAD_MODULE = "mltcp.workloads.ddp"
+START_SLACK_S = 15.0              # torchrun, rendezvous and model build before the start
+AGENT_START_S = 30.0              # the run's agent: its socket must appear within this
+# What the datapath counted per job, from `mltcp status -j` (summed over kernels).
+DATAPATH_COUNTS = ("iteration", "gaps", "wraps", "signals", "total_bytes", "stale_fallbacks")
+# Kill every process of a cgroup ($1) and remove it (it empties a moment after the
+# kill), then its run's parent ($2) once that is empty too.
+_KILL_AND_REMOVE = ('echo 1 > "$1/cgroup.kill"; for i in 1 2 3 4 5 6 7 8 9 10; do '
+                    'rmdir "$1" 2>/dev/null && break; sleep 0.2; done; '
+                    'rmdir "$2" 2>/dev/null; true')
+
+
+def host_for(plan: RunPlan, inventory: Inventory, name: str, field: str = "placement") -> HostSpec:
+    """The inventory host playing the scenario's host ``name`` (h<i> is the i-th listed)."""
+    index = plan.topology.host_names().index(name)
+    if index >= len(inventory.hosts):
+        raise SpecError(field, f"{name} has no host: {inventory.source} lists "
+                        f"{len(inventory.hosts)}",
+                        "add hosts to the inventory or place the job on fewer")
+    return inventory.hosts[index]
+
+
+@dataclass
+class JobOnHosts:
+    """One job of the plan as it runs: its hosts in rank order and what was created."""
+
+    plan: JobPlan
+    hosts: tuple[HostSpec, ...]
+    datapath_name: str
+    cgroup: str                      # relative to each host's cgroup2 mount
+    remote_dir: str                  # the hook's records, on every host
+    procs: list[tuple[HostSpec, subprocess.Popen]] = field(default_factory=list)
+
+
+class HostRun:
+    """One plan on the inventory's hosts (``open()``, ``run()``, ``close()``)."""
+
+    def __init__(self, plan: RunPlan, inventory: Inventory, workdir: Path,
+                 progress: Callable[[str], None] | None = None,
+                 start_slack_s: float | None = None) -> None:
+        self.plan = plan
+        self.start_slack_s = START_SLACK_S if start_slack_s is None else start_slack_s
+        self.inventory = inventory
+        self.workdir = workdir
+        self.say = progress or (lambda _msg: None)
+        self.run_id = uuid.uuid4().hex[:8]
+        self.sessions: dict[str, Session] = {}
+        self.remotes: dict[str, RemoteHost] = {}
+        self.facts: dict[str, HostFacts] = {}
+        self.cgroup_roots: dict[str, str] = {}
+        self._kernel_of: dict[str, str] = {}          # host -> its kernel's representative
+        self.jobs: list[JobOnHosts] = []
+        self._loaded: dict[str, list[str]] = {}      # kernel representative -> modules
+        self._attached: list[tuple[str, str]] = []    # (representative host, job name)
+        self._cgroups: list[tuple[str, str]] = []     # (representative host, cgroup)
+        self._sysctls: list[tuple[str, str]] = []     # (host, previous default cc)
+        self._agents: list[subprocess.Popen] = []     # the local ssh of each run's agent
+        self._gradient_bytes: dict[object, int] = {}  # per workload
+        self.datapath_counts: dict[str, dict] = {}   # job -> DATAPATH_COUNTS, budget, history
+
+    # ------------------------------------------------------------------ mapping
+
+    def host_of(self, name: str) -> HostSpec:
+        return host_for(self.plan, self.inventory, name)
+
+    # ------------------------------------------------------------------ set-up
+
+    def open(self) -> None:
+        names = []
+        for job in self.plan.active_jobs:
+            names += [self.host_of(h).name for h in job.hosts]
+        names = list(dict.fromkeys(names))
+        # The master connections start from this thread: they die with the thread that
+        # started them (PR_SET_PDEATHSIG), so never from a pool's short-lived threads.
+        for name in names:
+            self.sessions[name] = Session(self.inventory.host(name), self.workdir / "ssh")
+            self.remotes[name] = RemoteHost(self.inventory.host(name),
+                                            self.sessions[name].open())
+        # The questions go to all hosts at once (each is a channel on its connection).
+        with ThreadPoolExecutor(max_workers=min(16, len(names))) as pool:
+            for name, facts, root in pool.map(self._meet, names):
+                self.facts[name], self.cgroup_roots[name] = facts, root
+                self.say(f"{name}: {facts.kernel}, torch {facts.torch}")
+        for group in kernels(list(self.facts.values())).values():
+            for name in group:
+                self._kernel_of[name] = group[0]
+
+    def _meet(self, name: str) -> tuple[str, HostFacts, str]:
+        return name, self.remotes[name].facts(), self._cgroup_root(name)
+
+    def _cgroup_root(self, host: str) -> str:
+        out = self.sessions[host].run([self.inventory.host(host).python, "-c",
+                                       "from mltcp.host import datapath; "
+                                       "print(datapath.cgroup2_root())"]).stdout.strip()
+        if not out.startswith("/"):
+            raise HostError(f"host {host}: no cgroup v2 mount ({out or 'nothing printed'})")
+        return out
+
+    def kernel_of(self, host: str) -> str:
+        """The representative host of ``host``'s kernel."""
+        return self._kernel_of[host]
+
+    def prepare(self) -> None:
+        """Modules, cgroups, datapath jobs, default congestion control: everything the
+        workers need before they start, recorded for :meth:`close`."""
+        scheme = self.plan.scheme
+        kernel_hosts = sorted({self.kernel_of(h) for h in self.sessions})
+        if scheme.mltcp:
+            for rep in kernel_hosts:
+                out = self.remotes[rep].mltcp("load", scheme.cc)
+                loaded = out.get("loaded", []) if isinstance(out, dict) else []
+                self._loaded[rep] = list(loaded)
+        else:
+            # The standard scheme: the kernel's own algorithm as each host's default (in a
+            # namespace host, its namespace's), put back afterwards.
+            for host, session in self.sessions.items():
+                key = "net.ipv4.tcp_congestion_control"
+                before = session.run(["sysctl", "-n", key]).stdout.strip()
+                session.run(["sysctl", "-qw", f"{key}={scheme.cc}"])
+                self._sysctls.append((host, before))
+        for job in self.plan.active_jobs:
+            hosts = tuple(self.host_of(h) for h in job.hosts)
+            name = f"{job.name}-{self.run_id}"[:32]
+            on = JobOnHosts(job, hosts, name, f"mltcp-{self.run_id}/{job.name}",
+                            f"{self.remote_root}/{job.name}")
+            self.jobs.append(on)
+            for rep in sorted({self.kernel_of(h.name) for h in hosts}):
+                root = self.cgroup_roots[rep]
+                self.sessions[rep].run(["mkdir", "-p", f"{root}/{on.cgroup}"])
+                self._cgroups.append((rep, f"{root}/{on.cgroup}"))
+                if scheme.mltcp:
+                    self.remotes[rep].mltcp(*self._attach_args(on, rep))
+                    self._attached.append((rep, name))
+
+        if scheme.mltcp:
+            for rep in kernel_hosts:
+                self._start_agent(rep)
+
+    @property
+    def remote_root(self) -> str:
+        """The run's directory on every host (the hook's records, the agent's socket)."""
+        return f"/tmp/mltcp-hosts-{self.run_id}"
+
+    @property
+    def agent_socket(self) -> str:
+        return f"{self.remote_root}/agent.sock"
+
+    def _start_agent(self, rep: str) -> None:
+        """The run's ``mltcp agent`` on ``rep``'s kernel, in a cgroup of the run (so that
+        :meth:`close` ends it with the workers), up once its signal socket is there."""
+        host = self.inventory.host(rep)
+        cgroup = f"{self.cgroup_roots[rep]}/mltcp-{self.run_id}/.agent"
+        self.sessions[rep].run(["mkdir", "-p", cgroup, self.remote_root])
+        self._cgroups.append((rep, cgroup))
+        argv = [host.python, "-m", "mltcp.cli", "agent", "--interval", "1",
+                "--signal-socket", self.agent_socket]
+        script = f"echo $$ > {shlex.quote(cgroup)}/cgroup.procs && exec {shlex.join(argv)}"
+        log_path = self.workdir / f"agent-{rep}.log"
+        with log_path.open("w") as log:
+            proc = self.sessions[rep].popen(["sh", "-c", script], stdin=subprocess.DEVNULL,
+                                            stdout=log, stderr=subprocess.STDOUT)
+        self._agents.append(proc)
+        deadline = time.monotonic() + AGENT_START_S
+        while self.sessions[rep].run(["test", "-S", self.agent_socket],
+                                     check=False).returncode != 0:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                lines = [ln for ln in log_path.read_text(errors="replace").splitlines() if ln]
+                raise HostError(f"host {rep}: the run's mltcp agent did not start: "
+                                f"{lines[-1] if lines else 'no output'}")
+            time.sleep(0.2)
+
+    def _attach_args(self, on: JobOnHosts, rep: str) -> list[str]:
+        scheme, job = self.plan.scheme, on.plan
+        # The budget is what the job's sockets on this kernel send per iteration: one
+        # host's share times the job's hosts on this kernel (namespace hosts share one).
+        # A host's share is one rank's of a ring over all the job's ranks: with several
+        # GPUs per host the ring leaves each host once (per channel), so its NIC sends
+        # what one rank of the whole ring sends, 2(N-1)/N of the gradients.
+        workload = job.spec.workload
+        assert workload is not None
+        ranks = sum(ranks_on(h, workload) for h in on.hosts)
+        share = JobDescription(self.gradient_bytes(on), ranks,
+                               job.spec.collective).bytes_per_iteration()
+        on_kernel = sum(1 for h in on.hosts if self.kernel_of(h.name) == rep)
+        args = ["job", "attach", on.datapath_name, "--cc", scheme.cc,
+                "--budget", str(share * on_kernel),
+                "--slope", repr(scheme.slope), "--intercept", repr(scheme.intercept),
+                "--gap-ms", repr(job.idle_gap_ms), "--cgroup", on.cgroup]
+        if scheme.cap is not None:
+            args += ["--cap", repr(scheme.cap)]
+        return args
+
+    def gradient_bytes(self, on: JobOnHosts) -> int:
+        """The workload's gradient bytes per iteration, as the first host's copy of the
+        workload computes them (no training, no torch.distributed)."""
+        workload = on.plan.spec.workload
+        assert workload is not None
+        if workload not in self._gradient_bytes:
+            host = on.hosts[0]
+            out = self.sessions[host.name].run(
+                [host.python, "-m", WORKLOAD_MODULE, "--describe", *_model_args(workload)],
+                timeout_s=300).stdout
+            self._gradient_bytes[workload] = int(
+                json.loads(out.strip().splitlines()[-1])["gradient_bytes"])
+        return self._gradient_bytes[workload]
+
+    # ------------------------------------------------------------------ the workers
+
+    def start(self) -> float:
+        """Start every job's workers; returns the wall-clock time the jobs begin at."""
+        start_at = time.time() + self.start_slack_s
+        for on in self.jobs:
+            for rank, host in enumerate(on.hosts):
+                argv = self.worker_argv(on, rank, host, start_at)
+                log = (self.workdir / f"{on.plan.name}-{rank}-{host.name}.log").open("w")
+                proc = self.sessions[host.name].popen(argv, stdin=subprocess.DEVNULL,
+                                                      stdout=log, stderr=subprocess.STDOUT)
+                log.close()
+                on.procs.append((host, proc))
+        return start_at
+
+    def worker_argv(self, on: JobOnHosts, rank: int, host: HostSpec, start_at: float) -> list[str]:
+        """One host's part of a job: join the job's cgroup, then exec torchrun."""
+        job, workload = on.plan, on.plan.spec.workload
+        assert workload is not None
+        master = on.hosts[0]
+        env = {"MLTCP_HOOK_OUT": on.remote_dir, "MLTCP_JOB": on.datapath_name,
+               "MLTCP_HOOK_SIGNAL": "1" if workload.signal and self.plan.scheme.mltcp else "0",
+               "MLTCP_AGENT_SOCKET": self.agent_socket,
+               "MLTCP_START_AT": repr(start_at + job.start_ms / 1000),
+               "GLOO_SOCKET_IFNAME": host.data_iface, "NCCL_SOCKET_IFNAME": host.data_iface,
+               "NCCL_IB_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+        torchrun = [host.python, "-m", "torch.distributed.run", f"--nnodes={len(on.hosts)}",
+                    f"--node_rank={rank}", f"--nproc_per_node={ranks_on(host, workload)}",
+                    f"--master_addr={master.data_addr}", f"--master_port={BASE_PORT + job.index}",
+                    "-m", WORKLOAD_MODULE, *_model_args(workload),
+                    "--iterations", str(job.spec.iterations),
+                    "--backend", workload.backend, "--seed", str(self.plan.seed)]
+        if workload.gpu_time_ms:
+            torchrun += ["--gpu-time-ms", repr(workload.gpu_time_ms)]
+        cgroup = f"{self.cgroup_roots[self.kernel_of(host.name)]}/{on.cgroup}"
+        script = (f"mkdir -p {shlex.quote(on.remote_dir)} && "
+                  f"echo $$ > {shlex.quote(cgroup)}/cgroup.procs && "
+                  f"exec env {' '.join(f'{k}={shlex.quote(v)}' for k, v in env.items())} "
+                  f"{shlex.join(torchrun)}")
+        return ["sh", "-c", script]
+
+    def wait(self, timeout_s: float) -> None:
+        """Until every worker ended; a failed one stops the run with its host, job and the
+        last line of its output."""
+        deadline = time.monotonic() + timeout_s
+        next_say = time.monotonic() + 5
+        while True:
+            running = 0
+            for on in self.jobs:
+                for rank, (host, proc) in enumerate(on.procs):
+                    code = proc.poll()
+                    if code is None:
+                        running += 1
+                    elif code != 0:
+                        raise HostError(f"host {host.name}: job {on.plan.name} worker {rank} "
+                                        f"exited {code}: {self._last_log_line(on, rank, host)}")
+            if not running:
+                return
+            if time.monotonic() > deadline:
+                raise HostError(f"the jobs did not finish within {timeout_s:g} s")
+            if time.monotonic() >= next_say:
+                next_say += 5
+                self.say(f"{self.plan.stem}: {running} workers running")
+            time.sleep(0.2)
+
+    def _last_log_line(self, on: JobOnHosts, rank: int, host: HostSpec) -> str:
+        path = self.workdir / f"{on.plan.name}-{rank}-{host.name}.log"
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+        return lines[-1].strip() if lines else "no output"
+
+    def collect(self) -> dict[str, list[hook.IterationHookRecord]]:
+        """Each job's hook records of rank 0 (DDP steps in lock-step: rank 0 stands for
+        the job), copied back from the host that ran it."""
+        out = {}
+        for on in self.jobs:
+            host = on.hosts[0]
+            local = self.workdir / f"{on.plan.name}-rank0.jsonl"
+            self.sessions[host.name].get(f"{on.remote_dir}/hook-rank0.jsonl", local)
+            out[on.plan.name] = hook.read_records(local)
+        return out
+
+    def read_datapath(self) -> dict[str, dict]:
+        """What the datapath counted for each job (an MLTCP scheme's), summed over the
+        kernels it ran on: read before :meth:`close` detaches the jobs."""
+        by_name = {on.datapath_name: on.plan.name for on in self.jobs}
+        counts: dict[str, dict] = {}
+        for rep in sorted({rep for rep, _name in self._attached}):
+            statuses = self.remotes[rep].mltcp("status")
+            for st in statuses if isinstance(statuses, list) else []:
+                job = by_name.get(st.get("name"))
+                if job is None:
+                    continue
+                mine = counts.setdefault(job, dict.fromkeys(DATAPATH_COUNTS, 0)
+                                         | {"budget": 0, "history": []})
+                for key in DATAPATH_COUNTS:
+                    mine[key] += int(st.get(key, 0))
+                mine["budget"] += int(st.get("budget", 0))
+                # bytes between the last boundaries (gap or signal), oldest first
+                mine["history"] += [int(b) for b in st.get("history", [])]
+        self.datapath_counts = counts
+        return counts
+
+    # ------------------------------------------------------------------ teardown
+
+    def close(self) -> None:
+        """Undo everything, in reverse, whatever failed before; then end the sessions."""
+        for rep, cgroup in reversed(self._cgroups):
+            with contextlib.suppress(Exception):
+                self.sessions[rep].run(["sh", "-c", _KILL_AND_REMOVE, "sh", cgroup,
+                                        str(Path(cgroup).parent)], timeout_s=30)
+        procs = [proc for on in self.jobs for _host, proc in on.procs] + self._agents
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        for rep, name in reversed(self._attached):
+            with contextlib.suppress(Exception):
+                self.remotes[rep].mltcp("job", "detach", name)
+        for rep, modules in self._loaded.items():
+            if modules:
+                with contextlib.suppress(Exception):
+                    self.remotes[rep].mltcp("unload", *modules)
+        for host, before in reversed(self._sysctls):
+            with contextlib.suppress(Exception):
+                self.sessions[host].run(["sysctl", "-qw",
+                                         f"net.ipv4.tcp_congestion_control={before}"])
+        for host in self.sessions:
+            with contextlib.suppress(Exception):
+                self.sessions[host].run(["rm", "-rf", self.remote_root])
+        for session in self.sessions.values():
+            session.close()
+        self.sessions.clear()
+
+
+def ranks_on(host: HostSpec, workload: Workload) -> int:
+    """Ranks a job runs on ``host``: one per GPU with NCCL (the inventory's ``gpus``),
+    else one.  The ranks of one host signal the same iteration's end, which the agent
+    takes once."""
+    return host.gpus if workload.backend == "nccl" and host.gpus else 1
+
+
+def _model_args(workload: Workload) -> list[str]:
+    """The workload's model flags (the same for --describe and the run)."""
+    args = ["--model", workload.model, "--batch", str(workload.batch)]
+    if workload.preset is not None:
+        args += ["--preset", workload.preset]
+    for key, value in workload.size:
+        args += [f"--{key.replace('_', '-')}", str(value)]
+    return args

@@ -1,0 +1,453 @@
+"""Parameter sweeps on the fluid model or ns-3, spread over a Dask cluster.
+
+Which slope and intercept make jobs interleave, how fast, and at what loads?
+One run answers nothing; a grid of thousands does.  A sweep takes a scenario, a
+grid of parameters and seeds, runs every point on the fluid model (or, slower and
+closer to the wire, on ns-3), and writes one table (one row per point and seed)
+plus plots.
+
+Grid parameters (``name=v1,v2,...``):
+
+* ``slope``, ``intercept``, ``cap``: the MLTCP scheme's F;
+* ``load``: multiplies every job's bytes per iteration (1 = as in the scenario);
+* ``compute_ms``: every job's compute time per iteration;
+* ``compute_jitter_ms``: every job's per-iteration compute noise (standard deviation);
+* ``jobs``: that many identical copies of the scenario's first job (named j1..jN;
+  on a dumbbell the topology grows to 2N hosts so each copy gets fresh hosts);
+* ``iterations``: iterations per job.
+
+Every grid point is a scenario variant that goes through the scenario parser again
+(:func:`mltcp.lab.scenario.spec.parse_scenario`), so a point is validated by exactly the
+rules a scenario file is, before any run starts; each axis value is checked first by
+the same bounds as the field it sets.  Runs go to a backend from the registry, chosen
+by its capabilities: a *batched* backend (fluid, DCQCN model) gets chunks of points
+that share a structure (same jobs and links), each chunk one call that advances them
+as lanes, so a chunk of 200 points costs little more than one point; any other
+backend (ns-3) gets every run as one Dask task, with each job's dedicated runs as
+tasks of their own, run once per scenario variant and seed, which the points that
+need them wait for.  Backends that drive this host's kernel (netns) cannot sweep.
+Tasks go to Dask: a local cluster with one single-threaded worker process per core by
+default, or a running Dask cluster at ``--dask ADDR``.  Every row carries
+each job's dedicated-link iteration time from the same sweep, so ratios need nothing
+else.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mltcp.core import validate
+from mltcp.core.aggressiveness import MAX_CAP, MAX_INTERCEPT, MAX_SLOPE, MIN_INTERCEPT
+from mltcp.core.errors import SpecError
+from mltcp.lab.common.distributed import dask_client, require_dask
+from mltcp.lab.common.provenance import provenance
+from mltcp.lab.scenario import backends, metrics, schedule
+from mltcp.lab.scenario.plan import RunPlan, resolve
+from mltcp.lab.scenario.spec import (
+    DEDICATED,
+    MAX_COMPUTE_MS,
+    MAX_HOSTS,
+    MAX_ITERATIONS,
+    Scenario,
+    Scheme,
+    load_scenario,
+    parse_scenario,
+)
+from mltcp.lab.scenario.trace import Trace
+
+SCHEME_PARAMS = ("slope", "intercept", "cap")
+SCENARIO_PARAMS = ("load", "compute_ms", "compute_jitter_ms", "jobs", "iterations")
+PARAMS = SCHEME_PARAMS + SCENARIO_PARAMS
+MAX_LOAD = 1e6
+# Each axis value is checked by the bounds of the field it sets (see parse_grid).
+_AXIS_CHECKS: dict[str, Callable[[Any, str], float]] = {
+    "slope": lambda v, f: validate.number(v, f, 0, MAX_SLOPE, "0.5,1,2,4"),
+    "intercept": lambda v, f: validate.number(v, f, MIN_INTERCEPT, MAX_INTERCEPT, "0.5,1,2"),
+    "cap": lambda v, f: validate.number(v, f, MIN_INTERCEPT, MAX_CAP, "2,4"),
+    "load": lambda v, f: validate.number(v, f, 0, MAX_LOAD, "0.5,1,2", lo_open=True),
+    "compute_ms": lambda v, f: validate.number(v, f, 0, MAX_COMPUTE_MS, "60,120",
+                                               lo_open=True),
+    "compute_jitter_ms": lambda v, f: validate.number(v, f, 0, MAX_COMPUTE_MS, "0,10"),
+    "jobs": lambda v, f: validate.integer(v, f, 1, MAX_HOSTS // 2, "2,3,4"),
+    "iterations": lambda v, f: validate.integer(v, f, 1, MAX_ITERATIONS, "20,40"),
+}
+_INT_PARAMS = ("jobs", "iterations")
+DEFAULT_CHUNK = 256
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What to sweep: a scenario, the MLTCP scheme to vary, the grid, the seeds, and the
+    backend (a registry name) with the options its constructor takes."""
+
+    scenario: Scenario
+    scheme: Scheme
+    grid: dict[str, tuple[float, ...]]
+    seeds: tuple[int, ...]
+    backend: str = "fluid"
+    backend_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.engine().capabilities.exclusive_host:
+            raise SpecError("backend", f"the {self.backend} backend drives this host's "
+                            "kernel in real time, one run at a time", "sweep on a model or "
+                            "simulator backend (`mltcp backends`), e.g. --backend fluid")
+
+    def points(self) -> list[dict[str, float]]:
+        """Every combination of the grid's values, in a stable order."""
+        names = list(self.grid)
+        return [dict(zip(names, values, strict=True))
+                for values in itertools.product(*(self.grid[n] for n in names))]
+
+    def engine(self):  # type: ignore[no-untyped-def]
+        """The sweep's backend, from the registry."""
+        return backends.get(self.backend, **self.backend_options)
+
+
+def parse_grid(items: Iterable[str]) -> dict[str, tuple[float, ...]]:
+    """``["slope=0.5,1,2", "jobs=2,3"]`` -> {"slope": (0.5, 1.0, 2.0), "jobs": (2, 3)},
+    every value checked against the bounds of the field it sets."""
+    grid: dict[str, tuple[float, ...]] = {}
+    for item in items:
+        name, sep, values = item.partition("=")
+        name = name.strip()
+        if not sep or not values.strip():
+            raise SpecError("param", f"{item!r} is not NAME=V1,V2,...",
+                            "write e.g. --param slope=0.5,1,2,4")
+        if name not in PARAMS:
+            raise SpecError("param", f"unknown parameter {name!r}",
+                            f"use one of: {', '.join(PARAMS)}")
+        if name in grid:
+            raise SpecError(f"param.{name}", "given twice", "list all its values once")
+        parsed = []
+        for text in values.split(","):
+            try:
+                value: float = int(text) if name in _INT_PARAMS else float(text)
+            except ValueError:
+                kind = "a whole number" if name in _INT_PARAMS else "a number"
+                raise SpecError(f"param.{name}", f"{text.strip()!r} is not {kind}",
+                                "give values separated by commas, e.g. "
+                                + ("2,3,4" if name in _INT_PARAMS else "0.5,1,2")) from None
+            parsed.append(_AXIS_CHECKS[name](value, f"param.{name}"))
+        grid[name] = tuple(parsed)
+    if not grid:
+        raise SpecError("param", "no parameter to sweep", "give e.g. --param slope=0.5,1,2,4")
+    return grid
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """``"0-4"`` or ``"0,3,7"`` -> seeds."""
+    return validate.seeds(text)
+
+
+def _mltcp_scheme(scenario: Scenario, name: str | None) -> Scheme:
+    if name is not None:
+        return scenario.scheme(name)
+    for scheme in scenario.schemes:
+        if scheme.mltcp:
+            return scheme
+    return Scheme("mltcp", "cubic", True)
+
+
+def make_spec(scenario_ref: str, params: Iterable[str], seeds: str = "0",
+              scheme: str | None = None, backend: str = "fluid",
+              backend_options: Mapping[str, Any] | None = None) -> SweepSpec:
+    """A sweep from CLI-style inputs, every grid point validated before anything runs."""
+    scenario = load_scenario(scenario_ref)
+    spec = SweepSpec(scenario, _mltcp_scheme(scenario, scheme), parse_grid(params),
+                     parse_seeds(seeds), backend, dict(backend_options or {}))
+    for point in spec.points():
+        variant(spec, point)        # fail now, not in a worker, on a bad value
+    return spec
+
+
+def variant(spec: SweepSpec, point: Mapping[str, float]) -> tuple[Scenario, Scheme]:
+    """The scenario and scheme of one grid point, parsed (and so validated) as a
+    scenario file would be."""
+    data = spec.scenario.to_dict()
+    scheme = {**spec.scheme.to_dict(), "mltcp": True,
+              **{k: point[k] for k in SCHEME_PARAMS if k in point}}
+    data["schemes"] = [scheme]
+    if "jobs" in point:
+        data = _copies(data, int(point["jobs"]))
+    for job in data["jobs"]:
+        if "load" in point:
+            job["bytes_per_iteration"] = max(1, round(job["bytes_per_iteration"]
+                                                      * point["load"]))
+        for key in ("compute_ms", "compute_jitter_ms", "iterations"):
+            if key in point:
+                job[key] = point[key]
+    where = ", ".join(f"{k}={validate.fmt(v)}" for k, v in point.items())
+    sc = parse_scenario(data, f"sweep point {where}")
+    return sc, sc.schemes[0]
+
+
+def _copies(data: dict[str, Any], n: int) -> dict[str, Any]:
+    """N identical copies of the first job (j1..jN); a dumbbell grows so that every
+    copy gets fresh hosts."""
+    base = dict(data["jobs"][0])
+    base.pop("placement", None)
+    topo = dict(data["topology"])
+    want = 2 * n * max(1, base["workers"] // 2)
+    if topo["kind"] == "dumbbell" and topo["hosts"] < want:
+        topo["hosts"] = want
+    return {**data, "topology": topo,
+            "jobs": [{**base, "name": f"j{i + 1}"} for i in range(n)]}
+
+
+def point_plans(spec: SweepSpec, point: Mapping[str, float], seed: int
+                ) -> tuple[RunPlan, list[RunPlan]]:
+    """A point's plan and its jobs' dedicated plans (each job alone)."""
+    sc, scheme = variant(spec, point)
+    plans = schedule.apply([resolve(sc, scheme, seed),
+                            *(resolve(sc, DEDICATED, seed, only_job=j.name) for j in sc.jobs)])
+    return plans[0], plans[1:]
+
+
+# --------------------------------------------------------------------------- execution
+
+
+def _structure(point: Mapping[str, float]) -> tuple:
+    return tuple((k, point[k]) for k in ("jobs",) if k in point)
+
+
+def chunks(spec: SweepSpec, size: int = DEFAULT_CHUNK) -> list[list[tuple[dict, int]]]:
+    """(point, seed) pairs cut into chunks whose points share one structure."""
+    groups: dict[tuple, list[tuple[dict, int]]] = {}
+    for point in spec.points():
+        for seed in spec.seeds:
+            groups.setdefault(_structure(point), []).append((point, seed))
+    out = []
+    for items in groups.values():
+        out += [items[i:i + size] for i in range(0, len(items), size)]
+    return out
+
+
+def _scenario_key(point: Mapping[str, float], seed: int) -> tuple:
+    """Points with equal scenario parameters and seed share their dedicated runs."""
+    return tuple(sorted((k, v) for k, v in point.items() if k in SCENARIO_PARAMS)), seed
+
+
+def run_chunk(spec: SweepSpec, chunk: Sequence[tuple[dict, int]]) -> list[dict[str, Any]]:
+    """Rows of one chunk: the points' runs and their dedicated baselines, one call of a
+    batched backend."""
+    plans: list[RunPlan] = []
+    point_runs: list[int] = []
+    dedicated_runs: dict[tuple, list[int]] = {}
+    for point, seed in chunk:
+        plan, dedicated = point_plans(spec, point, seed)
+        point_runs.append(len(plans))
+        plans.append(plan)
+        key = _scenario_key(point, seed)
+        if key not in dedicated_runs:
+            dedicated_runs[key] = list(range(len(plans), len(plans) + len(dedicated)))
+            plans += dedicated
+    traces = _run_all(spec, plans)
+    rows = []
+    for (point, seed), index in zip(chunk, point_runs, strict=True):
+        ded = metrics.dedicated_means(traces[i] for i in dedicated_runs[_scenario_key(point,
+                                                                                      seed)])
+        rows.append(_row(point, seed, traces[index], ded))
+    return rows
+
+
+def _run_all(spec: SweepSpec, plans: Sequence[RunPlan]) -> list[Trace]:
+    engine = spec.engine()
+    for plan in plans:
+        engine.check(plan)
+    traces: list[Trace | None] = [None] * len(plans)
+    for index, trace in engine.run(plans):
+        traces[index] = trace
+    return [t for t in traces if t is not None]
+
+
+def run_dedicated(spec: SweepSpec, point: Mapping[str, float], seed: int,
+                  job: str) -> dict[str, float]:
+    """One job of a point's scenario alone: {job: mean iteration time}."""
+    _, dedicated = point_plans(spec, point, seed)
+    [trace] = _run_all(spec, [p for p in dedicated if p.only_job == job])
+    return metrics.dedicated_means([trace])
+
+
+def run_point(spec: SweepSpec, point: Mapping[str, float], seed: int,
+              *dedicated: Mapping[str, float]) -> dict[str, Any]:
+    """One grid point alone, with its jobs' dedicated means (from their own tasks)."""
+    plan, _ = point_plans(spec, point, seed)
+    [trace] = _run_all(spec, [plan])
+    return _row(point, seed, trace, {k: v for d in dedicated for k, v in d.items()})
+
+
+def _row(point: Mapping[str, float], seed: int, trace: Any,
+         dedicated: Mapping[str, float]) -> dict[str, Any]:
+    summary = metrics.summarize(trace, dedicated)
+    jobs = summary["jobs"].values()
+    conv = summary["overall"]["convergence_iteration"]
+    return {**point, "seed": seed, "convergence_iteration": conv, "converged": conv is not None,
+            "mean_iteration_s": float(np.mean([j["mean"] for j in jobs])),
+            "p99_iteration_s": max(j["p99"] for j in jobs),
+            "ratio_to_dedicated": summary["overall"]["mean_ratio_to_dedicated"],
+            "overlap_last5": float(np.mean([metrics.overlap_last(j["overlap"])
+                                            for j in jobs]))}
+
+
+def _progress_line(done: int, total: int, started: float) -> None:
+    width = 30
+    filled = width * done // max(total, 1)
+    msg = (f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} tasks, "
+           f"{time.monotonic() - started:.0f} s")
+    if sys.stderr.isatty():
+        print(f"\r{msg}\033[K", end="" if done < total else "\n", file=sys.stderr, flush=True)
+    else:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def execute(spec: SweepSpec, dask_address: str | None = None, workers: int | None = None,
+            chunk_size: int | None = None,
+            progress: Callable[[int, int, float], None] | None = _progress_line
+            ) -> list[dict[str, Any]]:
+    """Run every point on Dask (the cluster at ``dask_address``, else a local one of
+    ``workers`` processes) and return all rows (in grid order)."""
+    require_dask("sweeps")
+    engine = spec.engine()
+    engine.require()                  # say so before a cluster starts
+    with dask_client(dask_address, workers or os.cpu_count() or 1, "sweeps") as client:
+        started = time.monotonic()
+        rows = (_submit_chunks(client, spec, chunk_size, progress, started)
+                if engine.capabilities.batched
+                else _submit_runs(client, spec, progress, started))
+    order = {(json.dumps(p, sort_keys=True), s): i
+             for i, (p, s) in enumerate((p, s) for p in spec.points() for s in spec.seeds)}
+    return sorted(rows, key=lambda r: order[(json.dumps({k: r[k] for k in spec.grid},
+                                                        sort_keys=True), r["seed"])])
+
+
+def _submit_chunks(client: Any, spec: SweepSpec, chunk_size: int | None,
+                   progress: Callable[[int, int, float], None] | None,
+                   started: float) -> list[dict[str, Any]]:
+    from distributed import as_completed
+
+    if chunk_size is None:
+        # Two chunks per worker thread at least, so every worker gets work and a
+        # slow chunk does not leave the others idle at the end.
+        slots = max(sum(client.nthreads().values()), 1)
+        items = len(spec.points()) * len(spec.seeds)
+        chunk_size = max(1, min(DEFAULT_CHUNK, math.ceil(items / (2 * slots))))
+    parts = chunks(spec, chunk_size)
+    futures = {client.submit(run_chunk, spec, part, pure=False): k
+               for k, part in enumerate(parts)}
+    results: dict[int, list[dict[str, Any]]] = {}
+    for done, fut in enumerate(as_completed(futures), 1):
+        results[futures[fut]] = fut.result()
+        if progress:
+            progress(done, len(parts), started)
+    return [r for k in sorted(results) for r in results[k]]
+
+
+def _submit_runs(client: Any, spec: SweepSpec,
+                 progress: Callable[[int, int, float], None] | None,
+                 started: float) -> list[dict[str, Any]]:
+    """One task per run.  Dedicated runs once per (scenario variant, seed, job); every
+    point waits for its own (Dask passes a finished future's result as the argument)."""
+    from distributed import as_completed
+
+    dedicated: dict[tuple, Any] = {}
+    points = []
+    for point in spec.points():
+        sc, _ = variant(spec, point)          # its jobs: the same for every seed
+        for seed in spec.seeds:
+            key = _scenario_key(point, seed)
+            for job in sc.jobs:
+                if (key, job.name) not in dedicated:
+                    dedicated[key, job.name] = client.submit(
+                        run_dedicated, spec, point, seed, job.name, pure=False)
+            points.append(client.submit(run_point, spec, point, seed,
+                                        *(dedicated[key, j.name] for j in sc.jobs),
+                                        pure=False))
+    everything = [*dedicated.values(), *points]
+    for done, _fut in enumerate(as_completed(everything), 1):
+        if progress:
+            progress(done, len(everything), started)
+    return [fut.result() for fut in points]
+
+
+# --------------------------------------------------------------------------- output
+
+
+def write(spec: SweepSpec, rows: list[dict[str, Any]], out_dir: str | Path,
+          fmt: str = "parquet") -> Path:
+    """DIR/sweep.parquet (or .csv), DIR/sweep.json (grid, aggregates, provenance), plots."""
+    import pandas as pd
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    table = pd.DataFrame(rows)
+    if fmt == "parquet":
+        path = out / "sweep.parquet"
+        table.to_parquet(path, index=False)
+    elif fmt == "csv":
+        path = out / "sweep.csv"
+        table.to_csv(path, index=False)
+    else:
+        raise SpecError("format", f"unknown format {fmt!r}", "use parquet or csv")
+    grid_cols = list(spec.grid)
+    agg = (table.groupby(grid_cols, dropna=False)
+           .agg(runs=("seed", "count"), converged=("converged", "mean"),
+                convergence_median=("convergence_iteration", "median"),
+                ratio_to_dedicated=("ratio_to_dedicated", "mean"),
+                overlap_last5=("overlap_last5", "mean"))
+           .reset_index())
+    options = spec.backend_options.get("options")
+    summary = {"schema": "mltcp.sweep/1", "scenario": spec.scenario.name,
+               "scheme": spec.scheme.to_dict(), "grid": {k: list(v) for k, v in
+                                                         spec.grid.items()},
+               "seeds": list(spec.seeds), "backend": spec.backend,
+               "f_steps": getattr(options, "f_steps", None),
+               "table": path.name, "points": json.loads(agg.to_json(orient="records")),
+               "provenance": provenance({"backend": spec.backend})}
+    (out / "sweep.json").write_text(json.dumps(summary, indent=2) + "\n")
+    _plots(agg, grid_cols, out, spec.scenario.name)
+    return path
+
+
+def _plots(agg: Any, grid_cols: list[str], out: Path, scenario: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = grid_cols[0]
+    series = grid_cols[1] if len(grid_cols) > 1 else None
+    title = f"{scenario}: mean over seeds" + (
+        f" and {', '.join(grid_cols[2:])}" if len(grid_cols) > 2 else "")
+    for column, label, name in (("convergence_median", "convergence iteration (median)",
+                                 "convergence.png"),
+                                ("ratio_to_dedicated", "iteration time / dedicated",
+                                 "ratio.png"),
+                                ("converged", "fraction of seeds that interleave",
+                                 "converged.png")):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        groups = agg.groupby(series) if series else [(None, agg)]
+        for value, part in groups:
+            part = part.groupby(x)[column].mean().reset_index()
+            ax.plot(part[x], part[column], marker="o",
+                    label=f"{series}={value}" if series else None)
+        ax.set_xlabel(x)
+        ax.set_ylabel(label)
+        ax.set_title(title, fontsize="medium")
+        if series:
+            ax.legend(fontsize="small")
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=120)
+        plt.close(fig)
