@@ -1,11 +1,12 @@
-"""Seed 001 Fig. 1: contention sensitivity of every pair of its models in every pair of
+"""deepshare-rl Fig. 1: contention sensitivity of every pair of its models in every pair of
 job shapes (2 or 4 nodes x 1, 2 or 4 GPUs), under fair sharing and under MLTCP, measured
-by the fluid engine on 001's cluster (mltcp.lab.cluster.papers.deepshare_rl.contention.cs_grid).
+by the fluid engine on deepshare-rl's cluster
+(mltcp.lab.cluster.papers.deepshare_rl.contention.cs_grid).
 
     python bench/bench_cs_grid.py --out bench/results/cs-grid.json
 
-Writes the grids as JSON, the figure (cs-grid.png, 001 Fig. 1's layout) next to it, and
-prints each model pair's maximum CS, both networks, next to the seed's stated maxima.
+Writes the grids as JSON, the figure (cs-grid.png, deepshare-rl Fig. 1's layout) next to it, and
+prints each model pair's maximum CS, both networks, next to the paper's stated maxima.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from pathlib import Path
 
 from mltcp.lab.cluster.papers.deepshare_rl import contention
 
-# 001 §I/§III: maxima over its placements (target, co-located) -> CS
-SEED_MAXIMA = {("deepshare/fsdp", "deepshare/moe"): 1.96, ("deepshare/moe", "deepshare/fsdp"): 3.00,
-               ("deepshare/fsdp", "deepshare/img"): 1.35, ("deepshare/img", "deepshare/fsdp"): 1.43}
+# deepshare-rl §I/§III: maxima over its placements (target, co-located) -> CS
+PAPER_MAXIMA = {("deepshare/fsdp", "deepshare/moe"): 1.96,
+                ("deepshare/moe", "deepshare/fsdp"): 3.00,
+                ("deepshare/fsdp", "deepshare/img"): 1.35,
+                ("deepshare/img", "deepshare/fsdp"): 1.43}
 
 
 def main() -> int:
@@ -46,8 +49,8 @@ def main() -> int:
         cells = []
         for c in models:
             fair, ml = (g.maximum(t, c) for g in grids)
-            seed = SEED_MAXIMA.get((t, c))
-            cells.append(f"{fair:.2f} / {ml:.2f}" + (f" (seed {seed})" if seed else ""))
+            paper = PAPER_MAXIMA.get((t, c))
+            cells.append(f"{fair:.2f} / {ml:.2f}" + (f" (paper {paper})" if paper else ""))
         print(f"| {t.split('/')[1]} | " + " | ".join(cells) + " |")
     return 0
 

@@ -1,11 +1,11 @@
-"""The RL contention-aware scheduler (seed 001) against LAS and SRTF, fair and MLTCP.
+"""The RL contention-aware scheduler (deepshare-rl) against LAS and SRTF, fair and MLTCP.
 
-For each of 001's four traces, every job set in ``--sets`` is run under RL-base,
-RL-Hybrid (the shipped policy, or ``--policy``), LAS and SRTF as 001 runs them, each
+For each of deepshare-rl's four traces, every job set in ``--sets`` is run under RL-base,
+RL-Hybrid (the shipped policy, or ``--policy``), LAS and SRTF as deepshare-rl runs them, each
 under fair sharing and under MLTCP, side by side in one run (the experiment runner:
 Dask with ``--parallel``).  Reported per trace and network: mean and p90 JCT (end -
-arrival), mean and p90 time on GPUs (what 001's simulator calls JCT), GPU utilisation,
-and the RL schedulers' reductions against LAS and SRTF next to the seed's (normal
+arrival), mean and p90 time on GPUs (what deepshare-rl's simulator calls JCT), GPU utilisation,
+and the RL schedulers' reductions against LAS and SRTF next to the paper's (normal
 trace: -15.4 %/-18.2 % average, -16.4 %/-20.7 % p90 for RL-base).  Also measured: the
 policy's inference time per decision, and its training time (from the policy's record).
 
@@ -39,10 +39,10 @@ SCHEDULERS = ("rl-base", "rl-hybrid", "deepshare-las", "deepshare-srtf",
 BASELINES = {"deepshare-las": "LAS", "deepshare-srtf": "SRTF"}
 METRICS = ("jct_mean_s", "jct_p90_s", "held_mean_s", "held_p90_s", "gpu_utilisation",
            "run_slowdown_mean", "preemptions")
-SEED = {("rl-base", "SRTF", "mean"): 15.4, ("rl-base", "LAS", "mean"): 18.2,
-        ("rl-hybrid", "SRTF", "mean"): 12.1, ("rl-hybrid", "LAS", "mean"): 15.1,
-        ("rl-base", "SRTF", "p90"): 16.4, ("rl-base", "LAS", "p90"): 20.7,
-        ("rl-hybrid", "SRTF", "p90"): 16.4, ("rl-hybrid", "LAS", "p90"): 20.7}
+PAPER = {("rl-base", "SRTF", "mean"): 15.4, ("rl-base", "LAS", "mean"): 18.2,
+         ("rl-hybrid", "SRTF", "mean"): 12.1, ("rl-hybrid", "LAS", "mean"): 15.1,
+         ("rl-base", "SRTF", "p90"): 16.4, ("rl-base", "LAS", "p90"): 20.7,
+         ("rl-hybrid", "SRTF", "p90"): 16.4, ("rl-hybrid", "LAS", "p90"): 20.7}
 
 
 def reductions(cells: dict[tuple[str, str], dict], network: str, rl: str) -> dict:
@@ -111,25 +111,25 @@ def markdown(summary: dict, timing: dict) -> str:
                     f"{c['held_p90_s'] / 3600:.3f} | {c['gpu_utilisation']:.3f} | "
                     f"{c['run_slowdown_mean']:.3f} | {c['preemptions']:.0f} |")
     lines += ["", "| trace | network | RL | vs | JCT mean | JCT p90 | on GPUs mean | "
-              "on GPUs p90 | seed (mean / p90) |", "|---|---|---|---|---|---|---|---|---|"]
+              "on GPUs p90 | paper (mean / p90) |", "|---|---|---|---|---|---|---|---|---|"]
     for trace, s in summary.items():
         for net, per_rl in s["reductions"].items():
             for rl, red in per_rl.items():
                 for label in BASELINES.values():
-                    seed = (f"{SEED[rl, label, 'mean']} / {SEED[rl, label, 'p90']} %"
-                            if trace == "normal" else "")
+                    paper = (f"{PAPER[rl, label, 'mean']} / {PAPER[rl, label, 'p90']} %"
+                             if trace == "normal" else "")
                     lines.append(
                         f"| {trace} | {net} | {rl} | {label} | "
                         f"{red[f'jct_mean_vs_{label}']:+.1f} % | "
                         f"{red[f'jct_p90_vs_{label}']:+.1f} % | "
                         f"{red[f'on_gpus_mean_vs_{label}']:+.1f} % | "
-                        f"{red[f'on_gpus_p90_vs_{label}']:+.1f} % | {seed} |")
+                        f"{red[f'on_gpus_p90_vs_{label}']:+.1f} % | {paper} |")
     lines += ["", f"inference: {timing['per_decision_ms']:.2f} ms per decision "
               f"({timing['decisions']} decisions in one 256-job run)"]
     if "train_s" in timing:
         lines.append(f"training: {timing['train_s']:.0f} s for {timing['episodes']} episodes "
                      f"({timing['train_s'] / max(timing['episodes'], 1):.1f} s per 256-job "
-                     "episode; the seed: under a minute)")
+                     "episode; the paper: under a minute)")
     return "\n".join(lines)
 
 
@@ -159,7 +159,7 @@ def main() -> int:
                       for net in networks},
             "reductions": {net: {rl: reductions(by_cell, net, rl)
                                  for rl in ("rl-base", "rl-hybrid")} for net in networks},
-            "vs_fair": rep["vs_fair"], "seed_figures": rep["seed_figures"]}
+            "vs_fair": rep["vs_fair"], "paper_figures": rep["paper_figures"]}
         print(f"{trace}: done ({time.monotonic() - started:.0f} s)", file=sys.stderr,
               flush=True)
     timing = inference_time(a.policy, sets)

@@ -1,4 +1,4 @@
-"""LWF-κ placement and Ada-SRSF's communication order (seed ``004_...``): the rules on
+"""LWF-κ placement and Ada-SRSF's communication order (the ada-srsf paper): the rules on
 hand-made cluster states and running sets, and a small cluster run where AdaDUAL's
 priority lets the job of less remaining service communicate first."""
 
@@ -22,7 +22,7 @@ from mltcp.lab.cluster.papers.ada_srsf.schedulers import (
     CommOrderNetwork,
     ada_dual,
     ada_srsf,
-    seed_srsf,
+    paper_srsf,
     srsf_comm,
     srsf_ls,
     threshold,
@@ -101,7 +101,7 @@ def test_ada_srsf_orders_queued_jobs_by_compute_service_and_lets_them_pass() -> 
     # E_J = 0 for queued jobs: "comm" has a huge gradient but less compute service, so
     # it ranks before "compute"; "huge" does not fit and blocks no one (no break in
     # Algorithm 3's loop over the queue).
-    key = seed_srsf(FABRIC)
+    key = paper_srsf(FABRIC)
     comm = QueuedJob(_req("comm", 8, iterations=10, compute=0.1, nbytes=5e9))
     compute = QueuedJob(_req("compute", 4, iterations=10, compute=0.3, nbytes=1e6))
     huge = QueuedJob(_req("huge", 16, iterations=1))

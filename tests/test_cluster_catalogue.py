@@ -1,5 +1,5 @@
-"""The model catalogue (numbers derived from the seeds as their docstrings say) and the
-seeds' setups (jobs that fit their clusters, reported results that agree with
+"""The model catalogue (numbers derived from the papers as their docstrings say) and the
+papers' setups (jobs that fit their clusters, reported results that agree with
 themselves)."""
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ from mltcp.lab.cluster.papers import setups
 from mltcp.lab.cluster.papers.ada_srsf import setup as ada_setup
 from mltcp.lab.cluster.papers.cassini import setup as cassini_setup
 from mltcp.lab.cluster.papers.vclos import setup as vclos_setup
+from mltcp.lab.common import references
 
 # --- catalogue ----------------------------------------------------------------------
 
 
-def test_the_catalogue_covers_the_seeds_models() -> None:
+def test_the_catalogue_covers_the_papers_models() -> None:
     cassini = {"vgg11", "vgg16", "vgg19", "resnet50", "wideresnet101", "bert", "roberta",
-               "xlm", "camembert", "gpt1", "gpt2", "gpt3", "dlrm"}             # 000 §4.5.1
-    ada = {"ada/vgg16", "ada/resnet50", "ada/inception-v3", "ada/lstm-ptb"}    # 004 Table III
+               "xlm", "camembert", "gpt1", "gpt2", "gpt3", "dlrm"}             # thesis §4.5.1
+    ada = {"ada/vgg16", "ada/resnet50", "ada/inception-v3", "ada/lstm-ptb"}    # ada-srsf Table III
     deepshare = {f"deepshare/{m}" for m in ("gnn", "img", "dlrm", "lm", "fsdp", "moe")}
     assert cassini | ada | deepshare <= set(catalogue.names())
     for mix in (vclos_setup.VCLOS_MIX, cassini_setup.CASSINI_MIX):
@@ -40,9 +41,9 @@ def test_an_unknown_model_names_the_catalogue() -> None:
         profile(16)  # type: ignore[arg-type]
 
 
-def test_every_profile_cites_a_seed_and_says_how_the_simulator_runs_it() -> None:
+def test_every_profile_cites_a_paper_and_says_how_the_simulator_runs_it() -> None:
     for p in catalogue.CATALOGUE.values():
-        assert p.source[:4] in ("000 ", "001 ", "003 ", "004 "), p.name
+        assert p.source.split()[0] in references.BY_KEY, p.name
         assert p.treatment == catalogue.COLLECTIVES[p.collective]
         assert p.derived, f"{p.name}: every profile derives something (say what)"
 
@@ -58,8 +59,8 @@ def test_fp32_gradients_are_four_bytes_a_parameter_where_so_derived() -> None:
     assert fsdp.gradient_bytes == pytest.approx(1.5 * 4 * fsdp.parameters)
 
 
-def test_two_seeds_agree_on_vgg16_when_their_megabytes_are_mebibytes() -> None:
-    # 004 Table III's 526.4 MB and 000 Table 4.2's 528 MB: the same model within 0.5 %
+def test_two_papers_agree_on_vgg16_when_their_megabytes_are_mebibytes() -> None:
+    # ada-srsf Table III's 526.4 MB and thesis Table 4.2's 528 MB: the same model within 0.5 %
     # read as MiB, while VGG16's 138.4 M parameters x 4 B would be 553 "MB" of 10^6.
     a, c = profile("ada/vgg16").parameters, profile("vgg16").parameters
     assert a == pytest.approx(c, rel=5e-3)
@@ -77,8 +78,8 @@ def test_ada_profiles_are_table_iii_and_eq_2() -> None:
     assert profile("ada/resnet50").compute_s == pytest.approx(0.0624)
 
 
-def test_cassini_profiles_reproduce_the_seeds_iteration_times() -> None:
-    # 000 Table 3.1 (unfair, compatible groups) = compute + Table 4.3's communication
+def test_cassini_profiles_reproduce_the_papers_iteration_times() -> None:
+    # thesis Table 3.1 (unfair, compatible groups) = compute + Table 4.3's communication
     for name, iteration in (("vgg16-b1400", 0.274), ("vgg16-b1700", 0.329), ("vgg19", 0.329),
                             ("wideresnet101", 0.273), ("resnet50", 0.165), ("bert", 0.157)):
         assert profile(name).iteration_s == pytest.approx(iteration), name
@@ -144,7 +145,7 @@ def test_a_profile_becomes_a_job_request() -> None:
 def test_a_profile_checks_its_fields() -> None:
     good = dict(name="m", model="M", parameters=1e6, gradient_bytes=4e6, compute_s=0.1,
                 batch="8", gpu="x", link_gbit=10.0, collective="allreduce",
-                gpu_counts=(1,), source="000")
+                gpu_counts=(1,), source="thesis")
     ModelProfile(**good)
     for key, bad in (("collective", "ring"), ("gpu_counts", ()), ("compute_s", 0.0),
                      ("comm_s", -1.0), ("gpu_counts", (0,))):
@@ -152,7 +153,7 @@ def test_a_profile_checks_its_fields() -> None:
             ModelProfile(**{**good, key: bad})
 
 
-# --- seed setups --------------------------------------------------------------------
+# --- paper setups -------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("key", list(setups.SETUPS))
@@ -165,11 +166,11 @@ def test_each_setup_builds_the_same_jobs_for_a_seed_and_they_fit(key: str) -> No
     assert len({j.name for j in jobs}) == len(jobs)
     assert all(j.model in catalogue.CATALOGUE for j in jobs)
     assert s.schemes and s.mapping and s.workload_assumptions
-    # 001 gives numbers for its normal and low traces only (the others are plots)
+    # deepshare-rl gives numbers for its normal and low traces only (the others are plots)
     assert s.results or key in ("deepshare-heavy", "deepshare-medium")
 
 
-def test_ada_srsf_setup_is_the_seeds_workload() -> None:
+def test_ada_srsf_setup_is_the_papers_workload() -> None:
     s = ada_setup.ADA_SRSF
     assert (s.fabric.servers, s.fabric.gpus_per_server, s.fabric.server_gbit) == (16, 4, 10.0)
     jobs = s.jobs(0)
@@ -207,11 +208,11 @@ def test_cassini_setup_offers_its_load() -> None:
     assert err.value.field == "load"
 
 
-def test_reported_figures_agree_with_the_seeds_own_values() -> None:
+def test_reported_figures_agree_with_the_papers_own_values() -> None:
     checked = 0
     for s in setups.SETUPS.values():
         for r in s.results:
-            assert r.source[:4] in ("000 ", "001 ", "003 ", "004 ")
+            assert r.source.split()[0] in references.BY_KEY, r.source
             assert r.stated_pct is not None or r.stated_factor is not None or \
                 r.improvement_pct is not None
             if r.stated_pct is not None and r.improvement_pct is not None:
@@ -228,7 +229,7 @@ def test_a_reported_result_prints_one_line() -> None:
     assert r.improvement_pct == pytest.approx(20.09, abs=0.01)
     line = r.line()
     assert "Ada-SRSF vs SRSF(1)" in line and "1098.57 vs 1374.84 s" in line
-    assert "20.1 %" in line and "004 Table V" in line and "\n" not in line
+    assert "20.1 %" in line and "ada-srsf Table V" in line and "\n" not in line
     up = next(r for r in ada_setup.ADA_RESULTS if r.higher_is_better)
     assert up.improvement_factor == pytest.approx(up.scheme_value / up.baseline_value)
 

@@ -1,4 +1,4 @@
-"""Contention sensitivity (seed 001 Eq. 1, Fig. 1) measured by the fluid engine."""
+"""Contention sensitivity (deepshare-rl Eq. 1, Fig. 1) measured by the fluid engine."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import pytest
 from mltcp.core.errors import SpecError
 from mltcp.lab.cluster.arrivals import catalogue
 from mltcp.lab.cluster.papers.deepshare_rl.contention import (
-    SEED_MODELS,
+    PAPER_MODELS,
     contention_sensitivity,
     cs_grid,
     cs_table,
-    seed_fabric,
+    paper_fabric,
 )
 
 ITERATIONS = 12
@@ -27,16 +27,16 @@ def tables():
 
 
 def _compatible(name: str, compute_s: float, comm_s: float) -> catalogue.ModelProfile:
-    """A hand-made model whose ring all-reduce on 4 seed nodes takes ``comm_s`` alone."""
-    fabric = seed_fabric()
+    """A hand-made model whose ring all-reduce on 4 of the paper's nodes takes ``comm_s`` alone."""
+    fabric = paper_fabric()
     ring_share = 2 * (4 - 1) / 4
     nbytes = comm_s * fabric.server_payload_bytes_s / ring_share
     return dataclasses.replace(catalogue.profile("deepshare/lm"), name=name,
                                compute_s=compute_s, gradient_bytes=nbytes)
 
 
-def test_seed_models_are_table_one():
-    assert [m.split("/")[1] for m in SEED_MODELS] == ["gnn", "img", "dlrm", "lm", "fsdp", "moe"]
+def test_paper_models_are_table_one():
+    assert [m.split("/")[1] for m in PAPER_MODELS] == ["gnn", "img", "dlrm", "lm", "fsdp", "moe"]
 
 
 def test_cs_at_least_one_everywhere(tables):
@@ -61,7 +61,7 @@ def test_communication_heavy_pair_is_sensitive_under_fair(tables):
     fair = tables["fair"]
     i, j = fair.models.index("deepshare/fsdp"), fair.models.index("deepshare/moe")
     assert fair.cs[i][j] > 1.3 and fair.cs[j][i] > 1.3
-    # ... and more than a light model next to it (001 §III: GNN stays near 1).
+    # ... and more than a light model next to it (deepshare-rl §III: GNN stays near 1).
     g = fair.models.index("deepshare/gnn")
     assert fair.cs[g][i] < 1.05 < fair.cs[i][j]
 
@@ -86,7 +86,7 @@ def test_pair_order_does_not_matter(tables):
 
 
 def test_table_runs_each_unordered_pair_once(tables):
-    k = len(SEED_MODELS)
+    k = len(PAPER_MODELS)
     assert len(tables["fair"].pairs) == k * (k + 1) // 2
 
 
@@ -154,7 +154,7 @@ def test_table_refuses_repeated_models():
     assert err.value.field == "models"
 
 
-# --- 001 Fig. 1's grids: jobs of different shapes
+# --- deepshare-rl Fig. 1's grids: jobs of different shapes
 
 
 def test_jobs_of_different_shapes_share_their_common_nodes():

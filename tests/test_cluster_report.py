@@ -157,7 +157,7 @@ def test_a_trace_is_read_once_at_parse_and_a_bad_row_fails_there(tmp_path: Path)
     assert err.value.field == "jobs.trace"
 
 
-def test_a_seed_setup_brings_its_jobs_and_its_cluster() -> None:
+def test_a_paper_setup_brings_its_jobs_and_its_cluster() -> None:
     from mltcp.lab.cluster.papers import setups
 
     key = setups.names()[0]
@@ -320,16 +320,17 @@ def test_dask_runs_give_the_same_results_and_bring_back_a_workers_bad_input(
         assert err.value.field == "scheduler" and "fifo/nowhere x fair" in err.value.problem
 
 
-def test_a_seed_setup_experiment_puts_the_seeds_figures_next_to_ours(tmp_path: Path) -> None:
+def test_a_paper_setup_experiment_puts_the_papers_figures_next_to_ours(tmp_path: Path) -> None:
     cfg = config.parse_config({"name": "ada", "schedulers": ["ada-srsf"],
                                "networks": ["ada-dual", "srsf-1"],
                                "jobs": {"setup": {"name": "ada-srsf", "first": 3}}})
     written = report.write(experiment.execute(cfg, progress=None), tmp_path)
-    figures = written["seed_figures"]
+    assert written["schema"] == "mltcp.cluster/2"
+    figures = written["paper_figures"]
     assert len(figures) == len(setups.setup("ada-srsf").results)
     cells = {(c["scheduler"], c["network"]): c for c in written["cells"]}
     first = next(f for f in figures if (f["scheme"], f["baseline"], f["metric"])
                  == ("Ada-SRSF", "SRSF(1)", "average JCT"))
     mine, base = (cells["ada-srsf", n]["jct_mean_s"] for n in ("ada-dual", "srsf-1"))
     assert first["ours_pct"] == pytest.approx(100 * (base - mine) / base)
-    assert "The seed's figures next to ours" in (tmp_path / "summary.md").read_text()
+    assert "The paper's figures next to ours" in (tmp_path / "summary.md").read_text()

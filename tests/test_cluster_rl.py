@@ -1,4 +1,4 @@
-"""The RL contention-aware scheduler (seed 001): its setup, state/action encoding,
+"""The RL contention-aware scheduler (deepshare-rl): its setup, state/action encoding,
 Gymnasium environment, schedulers, a smoke training and the shipped policy."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _job(name: str, gpus: int, model: str = "deepshare/fsdp", iterations: int = 
     return JobRequest(name, 0.0, gpus, p.compute_s, p.gradient_bytes, iterations, model)
 
 
-# --- the seed's setup
+# --- the paper's setup
 
 
 def test_job_sets_follow_the_trace_and_repeat():

@@ -1,5 +1,5 @@
-"""vClos and OCS-vClos (seed 003): rings grouped by leaf on leaf-spine links no other job
-uses, a job waits when no such placement exists, and the seed's baselines share links."""
+"""vClos and OCS-vClos (the vclos paper): rings grouped by leaf on leaf-spine links no other job
+uses, a job waits when no such placement exists, and the paper's baselines share links."""
 
 from __future__ import annotations
 
@@ -232,7 +232,7 @@ def test_with_no_free_spine_vclos_waits_while_ecmp_starts_and_collides() -> None
             _req("c", 4, 0.2)]
     res = {j.name: j for j in ClusterSim(NARROW, reqs, vclos(NARROW), Network()).run().jobs}
     a, b, c = res["a"], res["b"], res["c"]
-    assert b.start_s == pytest.approx(a.end_s)      # the seed: the task waits ...
+    assert b.start_s == pytest.approx(a.end_s)      # the paper: the task waits ...
     assert c.start_s == pytest.approx(a.end_s)      # ... and FIFO's head blocks the queue
     for j in (a, b, c):                             # never slowed by another job
         assert j.held_s == pytest.approx(j.dedicated_s, rel=1e-9)
@@ -315,7 +315,7 @@ def test_reserving_schemes_refuse_fewer_spines_than_rails() -> None:
     assert SCHEDULERS["vclos-ecmp"](few).name == "vclos-ecmp"       # ECMP just collides
 
 
-def test_on_the_seeds_rails_vclos_isolates_every_rail_where_ecmp_collides() -> None:
+def test_on_the_papers_rails_vclos_isolates_every_rail_where_ecmp_collides() -> None:
     # CLUSTER512: a 2-leaf job of 8 servers (64 GPUs) sends 8 rails out of each leaf over
     # 32 spines.  vClos gives every rail a spine of its own, so the ring runs at its NICs'
     # full rate; ECMP hashes 16 flows and usually lands two on one link (the birthday

@@ -39,22 +39,22 @@ def register(sub: Any) -> None:
     rn.set_defaults(handler=cmd_run, teardown_signals=True)
 
     tr = cls.add_parser("rl-train", help="train the RL contention-aware scheduler's policy "
-                                         "(seed 001) on the simulator; write NAME.zip, "
+                                         "(deepshare-rl) on the simulator; write NAME.zip, "
                                          "NAME.json and NAME-curves.png")
     tr.add_argument("--out", required=True, help="output directory")
     tr.add_argument("--name", default="policy", help="file name stem (default: policy)")
     tr.add_argument("--trace", choices=("normal", "heavy", "medium", "low"),
-                    help="001's trace whose training job sets make the episodes "
+                    help="deepshare-rl's trace whose training job sets make the episodes "
                          "(default: normal)")
     tr.add_argument("--w1", type=args_.number(0, 1, "0.4"),
                     help="reward weight of contention, 0..1 (W2 = 1 - W1; default 0.4, "
-                         "001's branch B)")
+                         "deepshare-rl's branch B)")
     tr.add_argument("--timesteps", type=args_.integer(64, 10**9, "60000"),
                     help="training steps (scheduling decisions), 64..10^9 (default 60000)")
     tr.add_argument("--jobs", type=args_.integer(1, 100_000, "256"),
-                    help="jobs per episode, 1..100000 (default 256, 001's job sets)")
+                    help="jobs per episode, 1..100000 (default 256, deepshare-rl's job sets)")
     tr.add_argument("--duration-s", type=args_.number(1, 1e7, "3600"),
-                    help="each job's time alone in seconds, 1..10^7 (default 3600, 001's "
+                    help="each job's time alone in seconds, 1..10^7 (default 3600, deepshare-rl's "
                          "hour)")
     tr.add_argument("--round-s", type=args_.number(0.001, 1e6, "300", lo_open=True),
                     help="scheduling round in seconds, > 0.001 (default 300)")

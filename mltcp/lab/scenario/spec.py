@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tomllib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from mltcp.core.aggressiveness import PRESETS, Aggressiveness
 from mltcp.core.budget import Collective, JobDescription
 from mltcp.core.dcqcn.policy import Mode
 from mltcp.core.errors import SpecError
+from mltcp.lab.common.tomlfile import example_names, read_toml
 
 CC_NAMES = ("reno", "cubic", "dctcp")
 TOPOLOGY_KINDS = ("dumbbell", "leaf_spine")
@@ -852,11 +852,7 @@ def _examples_dir() -> Traversable:
 
 def list_examples() -> list[str]:
     """Names of the scenarios shipped with the package, loadable by name."""
-    return sorted(
-        entry.name.removesuffix(".toml")
-        for entry in _examples_dir().iterdir()
-        if entry.name.endswith(".toml")
-    )
+    return example_names(_examples_dir())
 
 
 def load_scenario(path_or_name: str | Path) -> Scenario:
@@ -873,20 +869,4 @@ def load_scenario(path_or_name: str | Path) -> Scenario:
                 )
     else:
         source = Path(path_or_name)
-    label = str(source)
-    try:
-        text = source.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise SpecError("scenario", f"{label}: no such file",
-                        f"give an existing .toml file or one of: {', '.join(list_examples())}"
-                        ) from None
-    except OSError as err:
-        raise SpecError("scenario", f"{label}: {err.strerror or err}",
-                        "give a readable .toml file") from None
-    except UnicodeDecodeError:
-        raise SpecError("scenario", f"{label}: not UTF-8 text", "save the file as UTF-8") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise SpecError("scenario", f"{label}: {err}", "fix the TOML syntax") from None
-    return parse_scenario(data, label)
+    return parse_scenario(read_toml(source, "scenario", list_examples()), str(source))

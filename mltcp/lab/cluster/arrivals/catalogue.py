@@ -1,22 +1,22 @@
-"""The models the cluster simulator's jobs train: what one iteration costs, per seed.
+"""The models the cluster simulator's jobs train: what one iteration costs, per paper.
 
 A job request needs two numbers per iteration, its compute time and the bytes its
 servers reduce (:class:`mltcp.lab.cluster.engine.simulator.JobRequest`).  The source documents
 (``/work/shared/seeds``) measure them on different GPUs, batch sizes and links, and
 report them in different forms (forward/backward times, iteration times under fair
 and unfair sharing, model sizes, bandwidth and communication-to-computation ratios).
-This module turns each seed's figures into one :class:`ModelProfile` per (model,
-setup), keeps the seed's raw numbers next to what is derived from them, and says how:
+This module turns each paper's figures into one :class:`ModelProfile` per (model,
+setup), keeps the paper's raw numbers next to what is derived from them, and says how:
 the derivations are code below, not typed-in results, so a test can check them.
 
-Names: the Cassini thesis' models (``000`` ch. 4, the MLTCP testbed's GPUs and links)
-have plain names (``vgg16``, ``gpt3``); the other seeds' profiles carry a prefix:
-``ada/`` (``004``, Ada-SRSF, V100 + 10 GbE), ``deepshare/`` (``001``, the RL scheduler's
-TITAN Xp cluster), ``vclos/`` (``003``, vClos's V100 + 100 Gbit/s RoCE).
+Names: the Cassini thesis' models (``thesis`` ch. 4, the MLTCP testbed's GPUs and links)
+have plain names (``vgg16``, ``gpt3``); the other papers' profiles carry a prefix:
+``ada/`` (``ada-srsf``, Ada-SRSF, V100 + 10 GbE), ``deepshare/`` (``deepshare-rl``, the RL
+scheduler's TITAN Xp cluster), ``vclos/`` (``vclos``, vClos's V100 + 100 Gbit/s RoCE).
 
-Units: "MB" in the model-size columns of ``004`` Table III and ``000`` Table 4.2 is
+Units: "MB" in the model-size columns of ``ada-srsf`` Table III and ``thesis`` Table 4.2 is
 read as MiB (2^20 bytes): VGG-16's 138.4 M fp32 parameters are 527.8 MiB, which both
-tables give as ~527 (526.4, 528), while 10^6-byte megabytes would be 553.  ``001``'s
+tables give as ~527 (526.4, 528), while 10^6-byte megabytes would be 553.  ``deepshare-rl``'s
 MB/s are 10^6 bytes per second (its parameter counts are given directly).
 """
 
@@ -40,7 +40,7 @@ COLLECTIVES: dict[str, str] = {
                  "model, exact in volume",
     "fsdp": "FSDP's per-layer AllGather (forward and backward) and ReduceScatter: run as "
             "one ring all-reduce of gradient_bytes, which holds 1.5x the fp32 gradients "
-            "(the seed's 'at least 50 % more than data parallel'); the per-layer phases "
+            "(the paper's 'at least 50 % more than data parallel'); the per-layer phases "
             "are lost",
     "alltoall": "MoE all-to-all between experts: run as a ring all-reduce of the same "
                 "per-server bytes; a real all-to-all sends from every server to every "
@@ -50,34 +50,34 @@ COLLECTIVES: dict[str, str] = {
                  "of the replicated MLP; run as one ring all-reduce of the equivalent "
                  "per-server bytes",
     "hybrid": "hybrid data/pipeline/tensor parallelism (DeepSpeed): several Up/Down "
-              "phases per iteration (000 Fig. 4.1); run as one all-reduce of the "
+              "phases per iteration (thesis Fig. 4.1); run as one all-reduce of the "
               "equivalent bytes after the compute, so the phase shape is lost",
 }
 
 
 @dataclass(frozen=True)
 class ModelProfile:
-    """One model as one seed trains it.
+    """One model as one paper trains it.
 
     ``gradient_bytes`` is what each iteration reduces (the simulator's ring sends
     ``2 (m - 1) / m`` of it per server); ``compute_s`` is one iteration's compute at
-    ``batch`` (per GPU) on ``gpu``; ``comm_s``, where known, is the seed's (or derived)
+    ``batch`` (per GPU) on ``gpu``; ``comm_s``, where known, is the paper's (or derived)
     communication time of one dedicated iteration on its ``link_gbit`` setup (what the
-    seed measured, which need not be line rate: ``001``'s are far below it), kept for
+    paper measured, which need not be line rate: ``deepshare-rl``'s are far below it), kept for
     comparison; the simulator derives its own from the bytes.  ``derived`` says
-    which of these numbers are not the seed's own and how they were obtained ("" when
-    all are the seed's)."""
+    which of these numbers are not the paper's own and how they were obtained ("" when
+    all are the paper's)."""
 
     name: str
-    model: str                      # as the seed names it
+    model: str                      # as the paper names it
     parameters: float
     gradient_bytes: float
     compute_s: float
-    batch: str                      # per-GPU batch size(s), as the seed gives them
+    batch: str                      # per-GPU batch size(s), as the paper gives them
     gpu: str
-    link_gbit: float                # the link the seed measured or simulated on
+    link_gbit: float                # the link the paper measured or simulated on
     collective: str                 # a key of COLLECTIVES
-    gpu_counts: tuple[int, ...]     # GPU counts the seed gives this model's jobs
+    gpu_counts: tuple[int, ...]     # GPU counts the paper gives this model's jobs
     source: str
     comm_s: float | None = None
     derived: str = ""
@@ -117,11 +117,11 @@ def ring_allreduce_s(gradient_bytes: float, servers: int, gbit: float) -> float:
     return ring_bytes(gradient_bytes, servers) * 8 / (gbit * 1e9)
 
 
-# --- 004: Ada-SRSF (Table III on a V100, Eq. 2's fit on 10 GbE) -----------------------
+# --- ada-srsf: Ada-SRSF (Table III on a V100, Eq. 2's fit on 10 GbE) -----------------------
 
-ADA_A_S = 6.69e-4          # 004 §III-A2, Fig. 2(a): T_ar = a + b M, 2-node ring, 10 GbE
+ADA_A_S = 6.69e-4          # ada-srsf §III-A2, Fig. 2(a): T_ar = a + b M, 2-node ring, 10 GbE
 ADA_B_S_PER_BYTE = 8.53e-10
-ADA_GPU_COUNTS = (1, 2, 4, 8, 16, 32)      # 004 §V-A: 1-, 2-, 4-, 8-, 16-, 32-GPU jobs
+ADA_GPU_COUNTS = (1, 2, 4, 8, 16, 32)      # ada-srsf §V-A: 1-, 2-, 4-, 8-, 16-, 32-GPU jobs
 
 
 def _ada(key: str, model: str, size_mib: float, batch: int, tf_ms: float,
@@ -130,20 +130,20 @@ def _ada(key: str, model: str, size_mib: float, batch: int, tf_ms: float,
     return ModelProfile(
         f"ada/{key}", model, nbytes / FP32, nbytes, (tf_ms + tb_ms) / 1e3, str(batch),
         "Tesla V100-16GB", 10.0, "allreduce", ADA_GPU_COUNTS,
-        f"004 Table III ({model}: {size_mib} MB, batch {batch}, t_f {tf_ms} ms, "
-        f"t_b {tb_ms} ms); 10 GbE per 004 §V-A",
+        f"ada-srsf Table III ({model}: {size_mib} MB, batch {batch}, t_f {tf_ms} ms, "
+        f"t_b {tb_ms} ms); 10 GbE per ada-srsf §V-A",
         comm_s=ADA_A_S + ADA_B_S_PER_BYTE * nbytes,
         derived="compute_s = t_f + t_b; gradient_bytes = the model size read as MiB; "
-                "parameters = bytes / 4 (fp32); comm_s = a + b*M with 004 Eq. 2's fit "
+                "parameters = bytes / 4 (fp32); comm_s = a + b*M with ada-srsf Eq. 2's fit "
                 "(a = 6.69e-4 s, b = 8.53e-10 s/B, 2-node ring on 10 GbE)")
 
 
-# --- 000: Cassini (ch. 4: A100 + 50 Gbit/s RoCE) ---------------------------------------
+# --- thesis: Cassini (ch. 4: A100 + 50 Gbit/s RoCE) ---------------------------------------
 
 CASSINI_GPU = "A100 40GB"
-CASSINI_GBIT = 50.0                       # 000 §4.5.1: one 50 Gbps ConnectX-5 per server
-CASSINI_DP_GPUS = tuple(range(1, 13))     # 000 §4.5.1: Themis starts a job on 1-12 GPUs
-# 000 Fig. 4.3: a data-parallel VGG16 iteration of 255 ms whose Down phase (compute,
+CASSINI_GBIT = 50.0                       # thesis §4.5.1: one 50 Gbps ConnectX-5 per server
+CASSINI_DP_GPUS = tuple(range(1, 13))     # thesis §4.5.1: Themis starts a job on 1-12 GPUs
+# thesis Fig. 4.3: a data-parallel VGG16 iteration of 255 ms whose Down phase (compute,
 # near-zero network demand) spans 141 ms; the Up phase (communication) the other 114.
 VGG16_ITER_MS, VGG16_DOWN_MS = 255.0, 141.0
 VGG16_UP_MS = VGG16_ITER_MS - VGG16_DOWN_MS
@@ -157,7 +157,7 @@ def _cassini(key: str, model: str, memory_mib: float, batch: str, compute_s: flo
     return ModelProfile(
         key, model, nbytes / FP32, nbytes if gradient_bytes is None else gradient_bytes,
         compute_s, batch, CASSINI_GPU, CASSINI_GBIT, collective, gpu_counts,
-        f"000 Table 4.2 ({model}: {memory_mib:g} MB, batch {batch}); {where}",
+        f"thesis Table 4.2 ({model}: {memory_mib:g} MB, batch {batch}); {where}",
         comm_s=comm_s,
         derived="parameters = Table 4.2's memory (MiB) / 4 (fp32)"
                 + ("" if gradient_bytes is not None else "; gradient_bytes = that memory")
@@ -166,8 +166,8 @@ def _cassini(key: str, model: str, memory_mib: float, batch: str, compute_s: flo
 
 def _measured(key: str, model: str, memory_mib: float, batch: int, iter_ms: float,
               comm_ms: float, where: str) -> ModelProfile:
-    """A model the seed gives both a near-dedicated iteration time (Table 3.1: the
-    unfair run of a compatible group, which 000 §3.3 says runs as if on a dedicated
+    """A model the paper gives both a near-dedicated iteration time (Table 3.1: the
+    unfair run of a compatible group, which thesis §3.3 says runs as if on a dedicated
     network) and a communication time (Table 4.3: Th+Cassini, a compatible snapshot)."""
     return _cassini(key, model, memory_mib, str(batch), (iter_ms - comm_ms) / 1e3,
                     comm_ms / 1e3, "allreduce", CASSINI_DP_GPUS, where,
@@ -176,9 +176,9 @@ def _measured(key: str, model: str, memory_mib: float, batch: int, iter_ms: floa
 
 def _scaled(key: str, model: str, memory_mib: float, batch: str, collective: str,
             gpu_counts: tuple[int, ...], comm_ms: float | None = None,
-            where: str = "no iteration time in the seed") -> ModelProfile:
-    """A model the seed gives no compute time for: VGG16's measured Down:Up split
-    (Fig. 4.3, 141:114) applied to its communication time, which is the seed's where it
+            where: str = "no iteration time in the paper") -> ModelProfile:
+    """A model the paper gives no compute time for: VGG16's measured Down:Up split
+    (Fig. 4.3, 141:114) applied to its communication time, which is the paper's where it
     reports one, else a 2-server ring all-reduce of its memory at 50 Gbit/s."""
     if comm_ms is None:
         comm_s = ring_allreduce_s(memory_mib * MIB, 2, CASSINI_GBIT)
@@ -193,7 +193,7 @@ def _scaled(key: str, model: str, memory_mib: float, batch: str, collective: str
 
 
 def _dlrm() -> ModelProfile:
-    """000 Table 3.1's two DLRM(2000) jobs on one link: 1301/1300 ms per iteration when
+    """thesis Table 3.1's two DLRM(2000) jobs on one link: 1301/1300 ms per iteration when
     they share fairly (their communications overlap, each at half rate: C + 2X) and
     1001/1019 ms when unfairness interleaves them (as if dedicated: C + X).  So X, the
     dedicated communication time, is the difference; its bytes are X at 50 Gbit/s."""
@@ -241,23 +241,23 @@ def _cassini_profiles() -> list[ModelProfile]:
     ]
 
 
-# --- 001: RL contention-aware scheduling (Table I, TITAN Xp, 40 Gbit/s InfiniBand) -----
+# --- deepshare-rl: RL contention-aware scheduling (Table I, TITAN Xp, 40 Gbit/s InfiniBand) -----
 
-DEEPSHARE_GPU_COUNTS = (1, 2, 4, 8, 16, 32)   # 001 §VI: "a GPU demand of up to 32"
+DEEPSHARE_GPU_COUNTS = (1, 2, 4, 8, 16, 32)   # deepshare-rl §VI: "a GPU demand of up to 32"
 
 
 def _deepshare(key: str, model: str, params_m: float, mb_per_s: float, comm_per_comp: float,
                collective: str, volume: float = 1.0) -> ModelProfile:
-    """001 gives parameters, average bandwidth and comm:comp per model, not times.  One
+    """deepshare-rl gives parameters, average bandwidth and comm:comp per model, not times.  One
     iteration moves ``volume`` x the fp32 gradients per server (a 2-node ring); at the
     average bandwidth that is the iteration time, split by the ratio (no overlap)."""
     nbytes = volume * FP32 * params_m * 1e6
     iteration_s = nbytes / (mb_per_s * 1e6)
     compute_s = iteration_s / (1 + comm_per_comp)
     return ModelProfile(
-        f"deepshare/{key}", model, params_m * 1e6, nbytes, compute_s, "random (001 §VI)",
+        f"deepshare/{key}", model, params_m * 1e6, nbytes, compute_s, "random (deepshare-rl §VI)",
         "TITAN Xp", 40.0, collective, DEEPSHARE_GPU_COUNTS,
-        f"001 Table I ({model}: {params_m} M parameters, {mb_per_s} MB/s, "
+        f"deepshare-rl Table I ({model}: {params_m} M parameters, {mb_per_s} MB/s, "
         f"comm/comp {comm_per_comp}); 4 nodes x 8 TITAN Xp, 10 GbE and 40 Gbps IB (§VI)",
         comm_s=iteration_s - compute_s,
         derived=f"gradient_bytes = {volume:g} x 4 B x parameters; iteration = bytes / "
@@ -277,40 +277,41 @@ def _deepshare_profiles() -> list[ModelProfile]:
     ]
 
 
-# --- 003: vClos (testbed models; V100, 100 Gbit/s RoCE) ---------------------------------
+# --- vclos: vClos (testbed models; V100, 100 Gbit/s RoCE) ---------------------------------
 
-VCLOS_GPU_COUNTS = (2, 4, 8, 16)           # 003 §8.1: demands drawn from 2, 4, 8, 16
-# No seed gives ResNet-101's size or cost: its parameter count (torchvision's resnet101)
+VCLOS_GPU_COUNTS = (2, 4, 8, 16)           # vclos §8.1: demands drawn from 2, 4, 8, 16
+# None of the papers gives ResNet-101's size or cost: its parameter count (torchvision's resnet101)
 # and its forward FLOPs over ResNet-50's (7.6e9 / 3.8e9 per 224x224 image, the ResNet
-# paper's Table 1) stand in.  NOT from a seed.
+# paper's Table 1) stand in.  NOT from the reproduced papers.
 RESNET101_PARAMS = 44.55e6
 RESNET101_OVER_50_FLOPS = 7.6 / 3.8
 
 
 def _vclos_profiles(known: Mapping[str, ModelProfile]) -> list[ModelProfile]:
     r50 = known["ada/resnet50"]
-    r50_b32 = 2 * r50.compute_s            # 004 Eq. 3-4: t_f, t_b proportional to batch
+    r50_b32 = 2 * r50.compute_s            # ada-srsf Eq. 3-4: t_f, t_b proportional to batch
     bert = known["bert"]
-    bert_params = 300e6                    # 003 §2.1: "BERT ... 300 million parameters"
+    bert_params = 300e6                    # vclos §2.1: "BERT ... 300 million parameters"
     common = dict(gpu="Tesla V100", link_gbit=100.0, collective="allreduce",
                   gpu_counts=VCLOS_GPU_COUNTS)
     return [
         ModelProfile(
             "vclos/resnet50", "ResNet50", r50.parameters, r50.gradient_bytes, r50_b32, "32",
-            source="003 Table 3 (ResNet50 batch 32, 64); sizes and times from 004 Table III",
-            derived="004's ResNet-50 (V100, batch 16) with its compute doubled for batch "
-                    "32 (004 Eq. 3-4: compute proportional to batch)", **common),
+            source="vclos Table 3 (ResNet50 batch 32, 64); sizes and times from ada-srsf Table III",
+            derived="ada-srsf's ResNet-50 (V100, batch 16) with its compute doubled for batch "
+                    "32 (ada-srsf Eq. 3-4: compute proportional to batch)", **common),
         ModelProfile(
             "vclos/resnet101", "ResNet101", RESNET101_PARAMS, FP32 * RESNET101_PARAMS,
             r50_b32 * RESNET101_OVER_50_FLOPS, "32",
-            source="003 Table 3 (ResNet101 batch 32, 64); no seed gives its size or time",
-            derived="NOT from a seed: 44.55 M parameters (torchvision) x 4 B; compute = "
-                    "vclos/resnet50's x 7.6/3.8 (forward GFLOPs, ResNet paper Table 1)",
+            source="vclos Table 3 (ResNet101 batch 32, 64); none of the papers gives its size "
+                   "or time",
+            derived="NOT from the reproduced papers: 44.55 M parameters (torchvision) x 4 B; "
+                    "compute = vclos/resnet50's x 7.6/3.8 (forward GFLOPs, ResNet paper Table 1)",
             **common),
         ModelProfile(
             "vclos/bert", "BERT", bert_params, FP32 * bert_params,
             bert.compute_s * bert_params / bert.parameters, "8",
-            source="003 §2.1 (BERT: 300 M parameters), Table 3 (batch 4, 8)",
+            source="vclos §2.1 (BERT: 300 M parameters), Table 3 (batch 4, 8)",
             derived="gradient_bytes = 4 B x 300 M; compute = Cassini's BERT(8) compute "
                     "(A100) x 300 M / its parameters (transformer compute ~ parameters x "
                     "tokens); a V100 is slower than the A100, so this is low", **common),

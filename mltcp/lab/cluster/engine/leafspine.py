@@ -11,7 +11,7 @@ known in closed form.  Links, all directed:
   oversubscription / spines`` (so a leaf's uplinks together carry its servers' traffic
   divided by the oversubscription).
 
-Several rails model the GPU clusters that bind each GPU to its own NIC (seed ``003``
+Several rails model the GPU clusters that bind each GPU to its own NIC (vclos
 §4.1, Alibaba's EFLOPS): a server's traffic leaves on ``rails`` separate links, and a
 switch hashes each rail's flow on its own, so one job's rails can collide on a
 leaf-spine link as two jobs can.  One fat NIC of ``rails x server_gbit`` would carry the

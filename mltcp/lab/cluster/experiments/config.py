@@ -22,7 +22,7 @@ runs is the scheduler's or the network's and nothing else's.  The file::
                 models = { "resnet50" = 2, "bert" = 1 },  # catalogue names: weights
                 gpus = { "2" = 1, "8" = 2 },          # or a list: equally likely
                 iterations = [100, 500] }             # drawn from lo..hi (or one number)
-    setup = "ada-srsf"             # a seed's experiment (mltcp.lab.cluster.papers.setups);
+    setup = "ada-srsf"             # a paper's experiment (mltcp.lab.cluster.papers.setups);
                                    # its cluster is the default [cluster]; or
                                    # { name = "...", first = 1000 }: its first jobs
 
@@ -43,7 +43,6 @@ cluster's size), so a bad field fails in one line naming it before any run start
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -58,6 +57,7 @@ from mltcp.lab.cluster.engine.gpu_jobs import JobRequest
 from mltcp.lab.cluster.engine.leafspine import LeafSpine
 from mltcp.lab.cluster.papers import setups
 from mltcp.lab.cluster.papers.figures import PaperSetup
+from mltcp.lab.common.tomlfile import example_names, read_toml
 
 if TYPE_CHECKING:
     from mltcp.lab.cluster.experiments.registry import SchedulerSpec
@@ -121,7 +121,7 @@ class TraceJobs:
 
 @dataclass(frozen=True)
 class SetupJobs:
-    """The jobs of one of the seeds' experiments, by its key in
+    """The jobs of one of the papers' experiments, by its key in
     :mod:`mltcp.lab.cluster.papers.setups`; ``first``: only the first so many by arrival
     (a large setup, vClos's 5,000 jobs, cut to what a run should take)."""
 
@@ -179,22 +179,8 @@ def load_config(path_or_name: str | Path) -> ExperimentConfig:
         example = examples_dir().joinpath(f"{path_or_name}.toml")
         if example.is_file():
             path = Path(str(example))
-    label = str(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise SpecError("config", f"{label}: no such file", "give an existing .toml file or "
-                        f"one of: {', '.join(list_examples())}") from None
-    except OSError as err:
-        raise SpecError("config", f"{label}: {err.strerror or err}",
-                        "give a readable .toml file") from None
-    except UnicodeDecodeError:
-        raise SpecError("config", f"{label}: not UTF-8 text", "save the file as UTF-8") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise SpecError("config", f"{label}: {err}", "fix the TOML syntax") from None
-    return parse_config(data, path.parent, label, default_name=path.stem)
+    return parse_config(read_toml(path, "config", list_examples()), path.parent, str(path),
+                        default_name=path.stem)
 
 
 def parse_config(data: Mapping[str, Any], base_dir: Path = Path("."), source: str = "",
@@ -219,7 +205,7 @@ def _parse(data: Mapping[str, Any], base_dir: Path, default_name: str) -> Experi
     if "cluster" in data:
         cluster = _cluster(data["cluster"])
     elif isinstance(jobs_table.get("setup"), str | Mapping):
-        cluster = _setup(jobs_table["setup"]).fabric         # the seed's own cluster
+        cluster = _setup(jobs_table["setup"]).fabric         # the paper's own cluster
     else:
         _missing("cluster", "a [cluster] table with leaves = 2, servers_per_leaf = 2, "
                             "spines = 1 (or [jobs] setup = ..., which brings its own)")
@@ -443,6 +429,4 @@ def examples_dir() -> Any:
 
 
 def list_examples() -> list[str]:
-    folder = examples_dir()
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml")) \
-        if folder.is_dir() else []
+    return example_names(examples_dir())

@@ -3,7 +3,7 @@
 A scheduler is written ``ORDER/PLACEMENT`` (e.g. ``fifo/consolidated``,
 ``srtf/first_fit``), with ``+preempt`` for a preemptive order (``las/consolidated+preempt``)
 and ``+backfill`` to let jobs that fit pass a waiting head; or the name of one of the
-seeds' schedulers that decides differently (registered in :data:`NAMED`).  A network
+papers' schedulers that decides differently (registered in :data:`NAMED`).  A network
 scheme is a name in :data:`NETWORKS`.
 """
 

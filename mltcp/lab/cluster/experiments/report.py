@@ -1,7 +1,7 @@
 """A cluster experiment's results as people read them: JSON, a markdown table, plots.
 
 Writes into the output directory:
-    report.json        schema "mltcp.cluster/1" (below), with provenance
+    report.json        schema "mltcp.cluster/2" (below), with provenance
     summary.md         per scheduler x network the metrics below, then every network
                        scheme against fair sharing under the same scheduler
     jct_cdf.png        JCT CDF, one panel per scheduler, one curve per network scheme
@@ -13,6 +13,9 @@ report.json:
     cells [{scheduler, network, seeds, <metric>: mean over the seeds of the run's value}],
     vs_fair [{scheduler, network, jct_mean_ratio, jct_p99_ratio,
               per_seed [{seed, jct_mean_ratio, jct_p99_ratio}]}],
+    paper_figures [{context, metric, scheme, baseline, source, paper_pct, ours_pct, ours}]
+                  (on a paper's setup: each figure the paper reports next to ours,
+                  mltcp.lab.cluster.papers.compare; otherwise empty),
     runs [{scheduler, network, seed, metrics {<metric>: value},
            jobs [JobOutcome's fields + jct_s, jwt_s, slowdown]}]
 
@@ -37,9 +40,9 @@ import numpy as np
 from mltcp.lab.cluster.engine.simulator import ClusterResult
 from mltcp.lab.cluster.experiments.config import SetupJobs
 from mltcp.lab.cluster.experiments.runner import ExperimentResult, RunKey
-from mltcp.lab.cluster.papers import compare as seed_compare
+from mltcp.lab.cluster.papers import compare as paper_compare
 
-SCHEMA = "mltcp.cluster/1"
+SCHEMA = "mltcp.cluster/2"
 FAIR = "fair"
 
 METRICS: dict[str, str] = {
@@ -58,7 +61,7 @@ METRICS: dict[str, str] = {
                          "waiting left out), mean over jobs",
     "run_slowdown_p99": "run slowdown, 99th percentile",
     "held_mean_s": "time on GPUs (end - start less time preempted), mean over jobs "
-                   "(what 001's simulator counts as a job's JCT)",
+                   "(what deepshare-rl's simulator counts as a job's JCT)",
     "held_p90_s": "time on GPUs, 90th percentile",
     "preemptions": "times a job was sent back to the queue, summed over jobs",
 }
@@ -137,15 +140,15 @@ def build(result: ExperimentResult) -> dict[str, Any]:
             runs = [per_run[RunKey(sched, net, s)] for s in cfg.seeds]
             cells.append({"scheduler": sched, "network": net, "seeds": list(cfg.seeds),
                           **{m: _mean([r[m] for r in runs]) for m in METRICS}})
-    seed_figures = []
+    paper_figures = []
     if isinstance(cfg.jobs, SetupJobs):
         by_cell = {(c["scheduler"], c["network"]): c for c in cells}
-        seed_figures = [r.to_json() for r in seed_compare.rows(cfg.jobs.name, by_cell)]
+        paper_figures = [r.to_json() for r in paper_compare.rows(cfg.jobs.name, by_cell)]
     return {
         "schema": SCHEMA, "config": cfg.to_dict(), "provenance": provenance(),
         "metrics": METRICS, "cells": cells, "vs_fair": _vs_fair(cfg.schedulers, cfg.networks,
                                                                 cfg.seeds, cells, per_run),
-        "seed_figures": seed_figures,
+        "paper_figures": paper_figures,
         "runs": [{"scheduler": k.scheduler, "network": k.network, "seed": k.seed,
                   "metrics": per_run[k], "jobs": [_outcome(j) for j in res.jobs]}
                  for k, res in result.runs],
@@ -254,10 +257,11 @@ def markdown(report: dict[str, Any]) -> str:
         "JCT under each network scheme over JCT under fair sharing, same scheduler "
         "(< 1: faster than fair):", "",
         vs_fair_table(report), "",
-        *(["The seed's figures next to ours (improvement of the scheme over the baseline; "
+        *(["The paper's figures next to ours (improvement of the scheme over the baseline; "
            "mltcp.lab.cluster.papers.compare says what maps onto what):", "",
-           seed_compare.table([seed_compare.Row(**r) for r in report["seed_figures"]]), ""]
-          if report.get("seed_figures") else []),
+           paper_compare.table([paper_compare.Row(**r) for r in report["paper_figures"]]),
+           ""]
+          if report.get("paper_figures") else []),
         f"git {prov.get('git_sha', '?')[:12]}{' (dirty)' if prov.get('git_dirty') else ''}, "
         f"{prov.get('time_utc', '')}", "",
         "![JCT CDF](jct_cdf.png) ![slowdown CDF](slowdown_cdf.png)", ""])

@@ -1,29 +1,29 @@
-"""The seeds' reported figures next to ours, for an experiment on a seed's setup.
+"""The papers' reported figures next to ours, for an experiment on a paper's setup.
 
-A seed reports "scheme beats baseline on metric by so much" (:class:`~mltcp.lab.cluster.
-Reported`); an experiment on that seed's setup has a cell per scheduler x
-network scheme.  This module maps the seed's scheme names onto cells and its metrics
+A paper reports "scheme beats baseline on metric by so much" (:class:`~mltcp.lab.cluster.
+Reported`); an experiment on that paper's setup has a cell per scheduler x
+network scheme.  This module maps the paper's scheme names onto cells and its metrics
 onto the report's, and puts the two improvements side by side: who beats whom, by how
-much, in the seed and here.  Improvement is the reduction in percent for times (the
+much, in the paper and here.  Improvement is the reduction in percent for times (the
 gain for utilisation), ``100 (baseline - scheme) / baseline``.
 
 What maps onto what, and the approximations:
 
-* Ada-SRSF (004): its schedulers are SRSF job order with a placement and a
+* Ada-SRSF (ada-srsf): its schedulers are SRSF job order with a placement and a
   communication order; Ada-SRSF = ``ada-srsf`` (LWF-1) x ``ada-dual``, SRSF(n) =
   ``ada-srsf`` x ``srsf-n``, the placement study's LWF-1/FF/RAND/LS = ``ada-srsf`` /
   ``srsf/ff`` / ``srsf/rand`` / ``srsf/ls`` under ``ada-dual``;
-* vClos (003): each routing scheme under fair sharing (the seed's fabric runs one
+* vClos (vclos): each routing scheme under fair sharing (the paper's fabric runs one
   congestion control for all);
-* Cassini (000): Themis + Cassini = ``cassini`` x ``cassini`` (ranked placements and
+* Cassini (thesis): Themis + Cassini = ``cassini`` x ``cassini`` (ranked placements and
   time-shifts), Themis ~ ``fifo/first_fit`` x ``fair`` (Themis's auctions and elastic
-  re-sizing are not modelled: a FIFO first-fit stands for its placement).  The seed's
+  re-sizing are not modelled: a FIFO first-fit stands for its placement).  The paper's
   "iteration time" is the jobs' time per iteration; ours is the *run slowdown* (time on
   GPUs over the dedicated run time, i.e. a job's mean iteration time over its dedicated
   one), mean and 99th percentile over jobs; its "tail completion time" is our p99 JCT.
 
-A seed figure whose scheme, baseline or metric has no counterpart, or whose cells were
-not run, is listed with "not run here" so that nothing the seed claims is silently left
+A paper's figure whose scheme, baseline or metric has no counterpart, or whose cells were
+not run, is listed with "not run here" so that nothing the paper claims is silently left
 out.
 """
 
@@ -57,14 +57,14 @@ CELLS: dict[str, dict[str, Cell]] = {
        for trace in ("normal", "heavy", "medium", "low")},
 }
 
-# Contexts a setup's experiment reproduces (prefixes; absent: all of the seed's): the
+# Contexts a setup's experiment reproduces (prefixes; absent: all of the paper's): the
 # Cassini thesis also reports model-parallel and dynamic traces, which its Poisson setup
 # does not run.
 CONTEXTS: dict[str, tuple[str, ...]] = {
     "cassini-poisson": ("Poisson trace, data + model parallel", "all traces"),
 }
 
-# The seed's metric -> (the report's metric, higher is better)
+# The paper's metric -> (the report's metric, higher is better)
 METRICS: dict[str, tuple[str, bool]] = {
     "average JCT": ("jct_mean_s", False), "median JCT": ("jct_p50_s", False),
     "95th-percentile JCT": ("jct_p95_s", False),
@@ -81,14 +81,14 @@ METRICS: dict[str, tuple[str, bool]] = {
 
 @dataclass(frozen=True)
 class Row:
-    """One seed figure and ours: improvements in percent (None: not available)."""
+    """One of the paper's figures and ours: improvements in percent (None: not available)."""
 
     context: str
     metric: str
     scheme: str
     baseline: str
     source: str
-    seed_pct: float | None
+    paper_pct: float | None
     ours_pct: float | None
     ours: str                   # the cells compared, or why not
 
@@ -102,7 +102,7 @@ def _improvement(scheme: float, baseline: float, higher_is_better: bool) -> floa
     return 100 * ((scheme - baseline) if higher_is_better else (baseline - scheme)) / baseline
 
 
-def _seed_pct(r: Reported) -> float | None:
+def _paper_pct(r: Reported) -> float | None:
     if r.improvement_pct is not None:
         return r.improvement_pct
     if r.stated_pct is not None:
@@ -113,17 +113,17 @@ def _seed_pct(r: Reported) -> float | None:
 
 
 def rows(setup: str, cells: Mapping[Cell, Mapping[str, Any]]) -> list[Row]:
-    """Every figure ``setup``'s seed reports, with ours from ``cells`` ((scheduler,
+    """Every figure ``setup``'s paper reports, with ours from ``cells`` ((scheduler,
     network) -> the report's metric means)."""
     names = CELLS.get(setup, {})
     out = []
     for r in setups.setup(setup).results:
-        seed_pct = _seed_pct(r)
+        paper_pct = _paper_pct(r)
         a, b, metric = names.get(r.scheme), names.get(r.baseline), METRICS.get(r.metric)
         ours_pct, ours = None, "not run here"
         contexts = CONTEXTS.get(setup)
         if contexts and not r.context.startswith(contexts):
-            ours = "not run here: another experiment of the seed"
+            ours = "not run here: another experiment of the paper"
         elif a is None or b is None or metric is None:
             what = [x for x, ok in ((f"scheme {r.scheme!r}", a), (f"baseline {r.baseline!r}",
                                                                   b), (f"metric {r.metric!r}",
@@ -138,18 +138,18 @@ def rows(setup: str, cells: Mapping[Cell, Mapping[str, Any]]) -> list[Row]:
         else:
             missing = [f"{s}/{n}" for s, n in (a, b) if (s, n) not in cells]
             ours = f"not run here: add {', '.join(missing)}"
-        out.append(Row(r.context, r.metric, r.scheme, r.baseline, r.source, seed_pct,
+        out.append(Row(r.context, r.metric, r.scheme, r.baseline, r.source, paper_pct,
                        ours_pct, ours))
     return out
 
 
 def table(found: Sequence[Row]) -> str:
-    """Markdown: the seed's improvement and ours, figure by figure."""
+    """Markdown: the paper's improvement and ours, figure by figure."""
     def pct(v: float | None) -> str:
         return "" if v is None else f"{v:+.1f} %"
 
-    lines = ["| seed figure | context | seed | ours | our cells |", "|---|---|---|---|---|"]
+    lines = ["| paper figure | context | paper | ours | our cells |", "|---|---|---|---|---|"]
     for r in found:
         lines.append(f"| {r.scheme} vs {r.baseline}, {r.metric} | {r.context} ({r.source}) "
-                     f"| {pct(r.seed_pct)} | {pct(r.ours_pct)} | {r.ours} |")
+                     f"| {pct(r.paper_pct)} | {pct(r.ours_pct)} | {r.ours} |")
     return "\n".join(lines)

@@ -24,9 +24,9 @@ from mltcp.lab.cluster.engine.leafspine import LeafSpine
 
 @dataclass(frozen=True)
 class Reported:
-    """One result a seed reports: ``scheme`` against ``baseline`` on ``metric``.
+    """One result a paper reports: ``scheme`` against ``baseline`` on ``metric``.
 
-    ``scheme_value``/``baseline_value`` are the seed's numbers where it gives them;
+    ``scheme_value``/``baseline_value`` are the paper's numbers where it gives them;
     ``stated_pct`` (the improvement in percent) and ``stated_factor`` (x) are what its
     text claims.  Improvement means lower for times, higher where ``higher_is_better``."""
 
@@ -60,7 +60,7 @@ class Reported:
         return s / b if self.higher_is_better else b / s
 
     def line(self) -> str:
-        """One line for a report: values, the seed's claim, where it is."""
+        """One line for a report: values, the paper's claim, where it is."""
         parts = [f"{self.scheme} vs {self.baseline}, {self.metric}:"]
         if self.scheme_value is not None and self.baseline_value is not None:
             parts.append(f"{self.scheme_value:g} vs {self.baseline_value:g} {self.unit}".rstrip())
@@ -70,14 +70,14 @@ class Reported:
         if self.stated_factor is not None:
             claims.append(f"{self.stated_factor:g}x")
         if claims:
-            parts.append(f"(seed: {', '.join(claims)})")
+            parts.append(f"(paper: {', '.join(claims)})")
         parts.append(f"[{self.source}; {self.context}]")
         return " ".join(parts)
 
 
 @dataclass(frozen=True)
 class Scheme:
-    """A scheme a seed compares, and what in this simulator comes closest (or none)."""
+    """A scheme a paper compares, and what in this simulator comes closest (or none)."""
 
     name: str
     what: str
@@ -94,9 +94,9 @@ class PaperSetup:
     title: str
     source: str
     fabric: LeafSpine
-    topology: str                        # the seed's cluster, in its words
+    topology: str                        # the paper's cluster, in its words
     mapping: tuple[str, ...]             # assumptions mapping it onto LeafSpine
-    workload: str                        # the seed's workload, in its words
+    workload: str                        # the paper's workload, in its words
     workload_assumptions: tuple[str, ...]
     schemes: tuple[Scheme, ...]
     results: tuple[Reported, ...]

@@ -27,7 +27,7 @@ def names() -> tuple[str, ...]:
 
 
 def setup(key: str) -> PaperSetup:
-    """The seed setup ``key``; a SpecError listing the keys otherwise."""
+    """The paper's setup ``key``; a SpecError listing the keys otherwise."""
     try:
         return SETUPS[key]
     except KeyError:

@@ -6,9 +6,9 @@ first.  Each is a key: smaller goes first, ties by arrival then name.
   iteration time (the measured one for a running job, else compute plus the gradient
   all-reduce at the NIC rate on as many servers as its GPUs need);
 * ``srsf``: shortest remaining service first: SRTF's time x the job's GPUs (Ada-SRSF's
-  base order, ``004_...`` section IV);
+  base order, ada-srsf section IV);
 * ``las``: least attained service first: GPU-seconds held so far (Tiresias' LAS, the
-  baseline of the RL scheduler's seed ``001_...`` section 5).
+  baseline of deepshare-rl's RL scheduler, section 5).
 """
 
 from __future__ import annotations

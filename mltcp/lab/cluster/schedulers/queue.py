@@ -32,7 +32,7 @@ OrderKey = Callable[[QueuedJob | RunningJob, float], tuple]
 class QueueScheduler:
     """A queue order x a placement.
 
-    ``blocking``: the queue's head waits for GPUs and nobody passes it (FIFO as the seeds
+    ``blocking``: the queue's head waits for GPUs and nobody passes it (FIFO as the papers
     run it); False lets later jobs that fit go first (backfilling).  ``preemptive``: at
     every moment running jobs are ranked with the waiting ones by the same order, and a
     running job is preempted when a waiting job that ranks before it needs its GPUs

@@ -1,6 +1,6 @@
 """LWF-κ: least-workload-first placement with a consolidation threshold κ.
 
-Seed ``004_...`` (Wang, Shi, Wang, Chu: communication contention aware scheduling),
+The ada-srsf paper (Wang, Shi, Wang, Chu: communication contention aware scheduling),
 section IV-A and its Algorithm 1.  A job's *workload* is its remaining service,
 ``L_J = (C_J + E_J) x |G(J)|`` (Eqs. 7-8): compute time per iteration plus its
 contention-free communication time per iteration, times its remaining iterations,
@@ -16,24 +16,24 @@ A job asking for ``n`` GPUs is placed:
   next ones);
 * nowhere (None) when fewer than ``n`` GPUs are available.
 
-How this simulator differs from the seed's, and what it does about it.  In the seed a
+How this simulator differs from the paper's, and what it does about it.  In the paper a
 GPU can hold several placed jobs whose compute tasks queue on it (a GPU is
 "available" while it has memory left), so a GPU's workload is the sum of its queued
 jobs' remaining work.  Here a GPU holds one job at a time (``ClusterView.free``), so an
 available GPU is an idle one and its workload is 0.  Consequences, kept as they fall
-out of the seed's rule rather than patched:
+out of the paper's rule rather than patched:
 
 * in the ``n <= κ`` branch every candidate ties at 0; the tie keeps the GPUs' index
-  order (what a stable sort of the seed's GPU list gives; the seed names no other
+  order (what a stable sort of the paper's GPU list gives; the paper names no other
   tie-break), so that branch is first fit over the idle GPUs, and List Scheduling
   (LWF with κ at least the cluster's GPUs, :func:`list_scheduling`) coincides with
   first fit here;
 * in the ``n > κ`` branch the busy GPUs of a server still count toward ``L_S``, so
   servers whose jobs have little work left (or empty servers) come first: the
-  load-balancing and consolidating effect the seed gives κ survives.
+  load-balancing and consolidating effect the paper gives κ survives.
 
 Servers of equal workload keep index order.  ``E_J`` is the ring's bytes at the
-payload rate of a server's NICs, all its rails together (the seed's ``a + bM`` with
+payload rate of a server's NICs, all its rails together (the paper's ``a + bM`` with
 ``a = 0``: the fluid model has no per-message latency), 0 on one server
 (:func:`mltcp.lab.cluster.engine.gpu_jobs.ring_comm_s`, as SRTF prices it too).
 """
@@ -53,8 +53,8 @@ from mltcp.lab.cluster.schedulers.queue import PlacementFn
 
 def remaining_workload(fabric: LeafSpine, request: JobRequest, done: int,
                        servers: int | None) -> float:
-    """The seed's ``L_J`` of a job with ``done`` iterations finished: GPU-seconds of
-    remaining service.  ``servers`` None: not placed yet, so ``E_J = 0`` (the seed's
+    """The paper's ``L_J`` of a job with ``done`` iterations finished: GPU-seconds of
+    remaining service.  ``servers`` None: not placed yet, so ``E_J = 0`` (the paper's
     rule for ranking queued jobs: their communication is unknown before placement)."""
     per = request.compute_s
     if servers is not None:
@@ -93,7 +93,7 @@ def _take(free: np.ndarray, servers: Iterable[int], n: int) -> Allocation | None
 
 
 def lwf(kappa: int) -> PlacementFn:
-    """LWF-κ (Algorithm 1) as a placement; κ = 1 is the seed's best (section V-B)."""
+    """LWF-κ (Algorithm 1) as a placement; κ = 1 is the paper's best (section V-B)."""
     kappa = validate.integer(kappa, "placement.kappa", 1, 1 << 20, "1")
 
     def place(view: ClusterView, job: QueuedJob) -> Allocation | None:
@@ -110,6 +110,6 @@ def lwf(kappa: int) -> PlacementFn:
 
 
 def list_scheduling(fabric: LeafSpine) -> PlacementFn:
-    """The seed's LS baseline: the ``n`` least-loaded GPUs for every job (LWF with κ at
+    """The paper's LS baseline: the ``n`` least-loaded GPUs for every job (LWF with κ at
     least the cluster's GPU count)."""
     return lwf(fabric.gpus)

@@ -1,6 +1,6 @@
 """Ada-SRSF: SRSF job order, LWF-κ placement, and AdaDUAL's communication order.
 
-Seed ``004_...`` (Wang, Shi, Wang, Chu), sections IV-B (Theorems 1-2, Algorithms 2-3)
+The ada-srsf paper (Wang, Shi, Wang, Chu), sections IV-B (Theorems 1-2, Algorithms 2-3)
 and V-A (baselines).  Ada-SRSF has two halves, and so does this module:
 
 * **Who gets GPUs** (:func:`ada_srsf`, :func:`srsf_lwf` and the placement baselines):
@@ -8,12 +8,12 @@ and V-A (baselines).  Ada-SRSF has two halves, and so does this module:
   IV-A, "Job Priority": a queued job's communication is unknown before it is
   placed), each job placed by LWF-κ (:mod:`.lwf`) if it fits, and no
   head-of-line blocking (Algorithm 3 lines 8-13 try every queued job).  Jobs are
-  never preempted (the seed keeps a job on its GPUs once placed).
+  never preempted (the paper keeps a job on its GPUs once placed).
 * **Whose all-reduce uses a server's network** (:class:`CommOrderNetwork`): the
   communication-ready jobs in SRSF order (Algorithm 3 lines 16-21), each started if
   AdaDUAL (Algorithm 2) allows: no other task on its servers, start; one task there,
   start only if ``M_new / M_old < b / (2 (b + η))`` (Theorem 2: sharing the link then
-  beats waiting); two or more, wait.  The seed's baselines SRSF(n) cap a server at
+  beats waiting); two or more, wait.  The paper's baselines SRSF(n) cap a server at
   ``n`` concurrent tasks and accept any task under the cap; plain fair sharing is
   SRSF(∞).
 
@@ -25,7 +25,7 @@ At each moment the running jobs that span servers are sorted by remaining servic
 rule above starting from idle servers; the jobs it turned away are admitted by the
 same rule in pass 1 (as if the pass-0 jobs' links were free again), and so on.  A job
 admitted in pass ``t`` gets weight ``wait_weight ** t``: jobs of one pass share a
-server's NIC equally (the seed's 2-way contention), a later pass's flows get what an
+server's NIC equally (the paper's 2-way contention), a later pass's flows get what an
 earlier pass leaves (with 1 vs 1e-3 the waiting job moves 0.1% as fast while the link
 is busy and at full speed while the other job computes: "start when the link is
 free"), and waiting jobs go in SRSF order as the link frees.  The differences:
@@ -36,14 +36,14 @@ free"), and waiting jobs go in SRSF order as the link frees.  The differences:
   the "old" task and the other the "new" one, and the rule compares their whole
   per-iteration messages (``M_old`` should be the old task's *remaining* bytes at the
   new task's start, which a moment between iterations does not know);
-* the seed's tasks are non-preemptive: a task running when a higher-priority one
+* the paper's tasks are non-preemptive: a task running when a higher-priority one
   arrives keeps going, and the newcomer is judged by the rule.  Here priority acts on
   rates at every instant: a waiting job's flow that started while the link was free
   slows to the leftover when the prioritised job's flow starts;
-* contention is per server (each server's NIC, the seed's model of a cluster on one
+* contention is per server (each server's NIC, the paper's model of a cluster on one
   non-blocking switch); spine links are shared by weight like any other link, and a
   job's weight applies on all its links;
-* the engine's sharing has no contention penalty (the seed's ``(k - 1) η M``), so
+* the engine's sharing has no contention penalty (the paper's ``(k - 1) η M``), so
   ``eta_over_b`` defaults to 0 and the threshold to 1/2; set it to model the
   threshold of a lossier network.
 
@@ -76,8 +76,8 @@ MIN_WEIGHT = 1e-12
 # --------------------------------------------------------------------------- job order
 
 
-def seed_srsf(fabric: LeafSpine) -> OrderKey:
-    """SRSF as the seed ranks jobs: remaining GPU-seconds of service, with ``E_J = 0``
+def paper_srsf(fabric: LeafSpine) -> OrderKey:
+    """SRSF as the paper ranks jobs: remaining GPU-seconds of service, with ``E_J = 0``
     for a queued job and its known ``E_J`` for a running one."""
 
     def key(job: QueuedJob | RunningJob, now: float) -> tuple:
@@ -88,11 +88,11 @@ def seed_srsf(fabric: LeafSpine) -> OrderKey:
 
 
 def _srsf_with(fabric: LeafSpine, name: str, place: PlacementFn) -> Scheduler:
-    return QueueScheduler(name, seed_srsf(fabric), place, blocking=False)
+    return QueueScheduler(name, paper_srsf(fabric), place, blocking=False)
 
 
 def srsf_lwf(fabric: LeafSpine, kappa: int = 1) -> Scheduler:
-    """SRSF order, LWF-κ placement (the seed's placement study varies κ)."""
+    """SRSF order, LWF-κ placement (the paper's placement study varies κ)."""
     return _srsf_with(fabric, f"srsf/lwf-{kappa}", lwf(kappa))
 
 
@@ -218,7 +218,7 @@ def ada_dual(fabric: LeafSpine, eta_over_b: float = 0.0) -> CommOrderNetwork:
 
 
 def srsf_comm(fabric: LeafSpine, n: int) -> CommOrderNetwork:
-    """The seed's SRSF(n) baseline: up to ``n`` tasks per server, in SRSF order, no rule
+    """The paper's SRSF(n) baseline: up to ``n`` tasks per server, in SRSF order, no rule
     (SRSF(1): no contention at all; SRSF(2), SRSF(3): 2- and 3-way contention)."""
     return CommOrderNetwork(f"srsf-{n}", fabric=fabric, max_tasks=n, eta_over_b=None)
 

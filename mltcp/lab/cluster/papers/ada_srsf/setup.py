@@ -16,14 +16,14 @@ from mltcp.lab.cluster.papers.figures import PaperSetup, Reported, Scheme
 
 ADA_FABRIC = LeafSpine(leaves=1, servers_per_leaf=16, spines=1, gpus_per_server=4,
                        server_gbit=10.0, oversubscription=1.0)
-ADA_GPU_MIX = {1: 80, 2: 14, 4: 26, 8: 30, 16: 8, 32: 2}     # 004 §V-A: 160 jobs
+ADA_GPU_MIX = {1: 80, 2: 14, 4: 26, 8: 30, 16: 8, 32: 2}     # ada-srsf §V-A: 160 jobs
 ADA_MODELS = ("ada/vgg16", "ada/resnet50", "ada/inception-v3", "ada/lstm-ptb")
-ADA_ITERATIONS = IntRange(1000, 6000, "ada.iterations")      # 004 §V-A
-ADA_ARRIVAL_SLOTS = 1200                # 004 §V-A: 20 minutes of one-second slots
+ADA_ITERATIONS = IntRange(1000, 6000, "ada.iterations")      # ada-srsf §V-A
+ADA_ARRIVAL_SLOTS = 1200                # ada-srsf §V-A: 20 minutes of one-second slots
 
 
 def ada_srsf_jobs(seed: int = 0) -> list[JobRequest]:
-    """004's 160 jobs: its GPU-count histogram shuffled, arrivals in one-second slots
+    """ada-srsf's 160 jobs: its GPU-count histogram shuffled, arrivals in one-second slots
     uniform over 20 minutes, a Table III model and 1000-6000 iterations each."""
     rng = random.Random(seed)
     gpus = [g for g, count in ADA_GPU_MIX.items() for _ in range(count)]
@@ -37,8 +37,8 @@ def ada_srsf_jobs(seed: int = 0) -> list[JobRequest]:
     return out
 
 
-_T5 = "004 Table V"
-_T4 = "004 Table IV"
+_T5 = "ada-srsf Table V"
+_T4 = "ada-srsf Table IV"
 _ADA_V = "LWF-1 placement, 64 GPUs, 160 jobs"
 _ADA_IV = "Ada-SRSF scheduling, 64 GPUs, 160 jobs"
 
@@ -72,7 +72,7 @@ ADA_RESULTS = (
 ADA_SRSF = PaperSetup(
     key="ada-srsf",
     paper="ada-srsf",
-    title="Ada-SRSF / LWF-1 on 16 x 4 V100 over 10 GbE (004 §V)",
+    title="Ada-SRSF / LWF-1 on 16 x 4 V100 over 10 GbE (ada-srsf §V)",
     source="004_0a96367fb60817d1.txt §V-A, Tables III-V",
     fabric=ADA_FABRIC,
     topology="16 servers, 4 Tesla V100 each (64 GPUs), one 10 Gbps Ethernet switch of "
@@ -80,22 +80,22 @@ ADA_SRSF = PaperSetup(
              "at the servers' NICs (Eq. 5)",
     mapping=(
         "one leaf of 16 servers and one (unused) spine: no traffic crosses a spine, as "
-        "under the seed's single non-blocking switch",
+        "under the paper's single non-blocking switch",
         "10 Gbit/s NICs; the fabric's payload efficiency (MTU 1500) makes 9.56 Gbit/s of "
-        "goodput, close to the seed's fitted 1/b = 9.38 Gbit/s (004 Fig. 2(a))",
-        "the seed's extra contention penalty (k - 1) eta M (Eq. 5) is not modelled: "
+        "goodput, close to the paper's fitted 1/b = 9.38 Gbit/s (ada-srsf Fig. 2(a))",
+        "the paper's extra contention penalty (k - 1) eta M (Eq. 5) is not modelled: "
         "concurrent flows share the NIC max-min fairly",
     ),
     workload="160 jobs arriving within 20 minutes in one-second slots; half single-GPU, "
              "then 14 x 2, 26 x 4, 30 x 8, 8 x 16 and 2 x 32 GPUs; 1000-6000 iterations; "
              "models of Table III (VGG-16, ResNet-50, Inception-V3, LSTM-PTB)",
     workload_assumptions=(
-        "each job's model is drawn uniformly from Table III's four (the seed gives no mix)",
-        "iterations uniform over 1000-6000 (the seed gives the range only)",
-        "each job's arrival slot uniform over 1..1200 s: the seed draws per-slot counts "
+        "each job's model is drawn uniformly from Table III's four (the paper gives no mix)",
+        "iterations uniform over 1000-6000 (the paper gives the range only)",
+        "each job's arrival slot uniform over 1..1200 s: the paper draws per-slot counts "
         "from a uniform distribution refined to sum to 160 (its formula sums to slot 1440, "
         "taken as a typo for 1200)",
-        "the GPU counts are the seed's histogram, shuffled over the arrivals",
+        "the GPU counts are the paper's histogram, shuffled over the arrivals",
     ),
     schemes=(
         Scheme("SRSF(1)", "shortest remaining service first; at most one communication "

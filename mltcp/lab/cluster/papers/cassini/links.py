@@ -2,7 +2,7 @@
 link's solution on its unified circle, as the scheduler (:mod:`.schedulers`) and the
 time-shifting network (:mod:`.timeshifts`) both need them.
 
-Seed ``000_...`` section 4.3.  How a job's periodic demand is profiled: an iteration
+Thesis §4.3 (Cassini).  How a job's periodic demand is profiled: an iteration
 computes for ``compute_s`` (no traffic), then each ring flow sends the job's ring bytes
 at the rate it gets alone on its path (its links' capacities, shared only with the
 job's own flows), so its Up phase lasts ``ring bytes / rate``.  The period is the job's

@@ -1,7 +1,7 @@
 """Cassini as a cluster scheduler: candidate placements ranked by compatibility.
 
-Seed ``000_...`` chapter 4 (section 4.4.2, "Putting it all together", Figure 4.9 and
-Algorithm 2) and seed ``002_...`` ("Augmenting Themis with Cassini").  Cassini is not a
+The thesis's chapter 4 (section 4.4.2, "Putting it all together", Figure 4.9 and
+Algorithm 2) and the cassini-talk slides ("Augmenting Themis with Cassini").  Cassini is not a
 scheduler of its own: it plugs into one (Themis, Pollux).  Step 1, candidates; step 2,
 Algorithm 2 (:class:`CassiniScheduler`): the base scheduler decides *who* runs (here a
 queue order, FIFO by default: the thesis keeps Themis's choice of jobs and worker

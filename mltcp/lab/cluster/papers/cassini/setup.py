@@ -21,7 +21,7 @@ from mltcp.lab.cluster.papers.figures import PaperSetup, Reported, Scheme
 
 CASSINI_FABRIC = LeafSpine(leaves=6, servers_per_leaf=4, spines=2, gpus_per_server=1,
                            server_gbit=50.0, oversubscription=2.0)
-CASSINI_LOAD = 0.9                     # 000 §4.5.1: load varied between 80 % and 100 %
+CASSINI_LOAD = 0.9                     # thesis §4.5.1: load varied between 80 % and 100 %
 CASSINI_JOBS = 100
 CASSINI_MIX = JobMix(
     models=Weighted.uniform(("vgg11", "vgg16", "vgg19", "resnet50", "wideresnet101", "bert",
@@ -37,7 +37,7 @@ def cassini_jobs(seed: int = 0, n: int = CASSINI_JOBS, load: float = CASSINI_LOA
     """Cassini's Poisson trace: ``n`` jobs at the rate that offers ``load`` of the 24
     GPUs (:func:`~mltcp.lab.cluster.arrivals.job_traces.jobs_per_hour_for_load`)."""
     if not 0.8 <= load <= 1.0:
-        raise SpecError("load", f"{load!r} is outside the seed's 80-100 %",
+        raise SpecError("load", f"{load!r} is outside the paper's 80-100 %",
                         "use a load from 0.8 to 1.0, e.g. 0.9")
     rate = jobs_per_hour_for_load(load, CASSINI_FABRIC.gpus, CASSINI_MIX,
                                   CASSINI_FABRIC.server_gbit, CASSINI_FABRIC.gpus_per_server)
@@ -51,33 +51,33 @@ _DYN_MP = "dynamic trace, model parallel (Fig. 4.15)"
 _THC, _POC = "Th+Cassini", "Po+Cassini"
 
 CASSINI_RESULTS = (
-    Reported(_POI, "average iteration time", _THC, "Themis", "000 §4.5.2", stated_factor=1.6),
-    Reported(_POI, "p99 iteration time", _THC, "Themis", "000 §4.5.2", stated_factor=1.8),
-    Reported(_POI_MP, "average iteration time", _THC, "Themis", "000 §4.5.2",
+    Reported(_POI, "average iteration time", _THC, "Themis", "thesis §4.5.2", stated_factor=1.6),
+    Reported(_POI, "p99 iteration time", _THC, "Themis", "thesis §4.5.2", stated_factor=1.8),
+    Reported(_POI_MP, "average iteration time", _THC, "Themis", "thesis §4.5.2",
              stated_factor=1.2),
-    Reported(_POI_MP, "p99 iteration time", _THC, "Themis", "000 §4.5.2", stated_factor=1.6),
-    Reported(_DYN, "average iteration time", _THC, "Themis", "000 §4.5.3", stated_factor=1.5),
-    Reported(_DYN, "p99 iteration time", _THC, "Themis", "000 §4.5.3", stated_factor=2.2),
-    Reported(_DYN, "average iteration time", _POC, "Pollux", "000 §4.5.3", stated_factor=1.6),
-    Reported(_DYN, "p99 iteration time", _POC, "Pollux", "000 §4.5.3", stated_factor=2.5),
-    Reported(_DYN, "DLRM ECN marks per iteration", _THC, "Themis", "000 §4.5.3 (Fig. 4.14c)",
+    Reported(_POI_MP, "p99 iteration time", _THC, "Themis", "thesis §4.5.2", stated_factor=1.6),
+    Reported(_DYN, "average iteration time", _THC, "Themis", "thesis §4.5.3", stated_factor=1.5),
+    Reported(_DYN, "p99 iteration time", _THC, "Themis", "thesis §4.5.3", stated_factor=2.2),
+    Reported(_DYN, "average iteration time", _POC, "Pollux", "thesis §4.5.3", stated_factor=1.6),
+    Reported(_DYN, "p99 iteration time", _POC, "Pollux", "thesis §4.5.3", stated_factor=2.5),
+    Reported(_DYN, "DLRM ECN marks per iteration", _THC, "Themis", "thesis §4.5.3 (Fig. 4.14c)",
              stated_factor=27, note="the unit sign is lost in the text; x by analogy with "
              "its other lost x signs"),
-    Reported(_DYN, "DLRM ECN marks per iteration", _POC, "Pollux", "000 §4.5.3 (Fig. 4.14c)",
+    Reported(_DYN, "DLRM ECN marks per iteration", _POC, "Pollux", "thesis §4.5.3 (Fig. 4.14c)",
              stated_factor=33, note="as above"),
-    Reported(_DYN_MP, "average iteration time", _THC, "Themis", "000 §4.5.4",
+    Reported(_DYN_MP, "average iteration time", _THC, "Themis", "thesis §4.5.4",
              stated_factor=1.2),
-    Reported(_DYN_MP, "p99 iteration time", _THC, "Themis", "000 §4.5.4", stated_factor=1.6),
+    Reported(_DYN_MP, "p99 iteration time", _THC, "Themis", "thesis §4.5.4", stated_factor=1.6),
     Reported("all traces (headline)", "tail completion time", "Cassini", "Themis",
-             "000 ch. 1 and ch. 4 opening", stated_factor=2.2, note="'up to'"),
+             "thesis ch. 1 and ch. 4 opening", stated_factor=2.2, note="'up to'"),
     Reported("all traces (headline)", "tail completion time", "Cassini", "Pollux",
-             "000 ch. 1 and ch. 4 opening", stated_factor=2.5, note="'up to'"),
+             "thesis ch. 1 and ch. 4 opening", stated_factor=2.5, note="'up to'"),
 )
 
 CASSINI_POISSON = PaperSetup(
     key="cassini-poisson",
     paper="thesis",
-    title="Cassini's Poisson trace on 24 A100 servers at 50 Gbit/s (000 §4.5)",
+    title="Cassini's Poisson trace on 24 A100 servers at 50 Gbit/s (thesis §4.5)",
     source="000_7865ae5bce800cf3.txt §4.5.1-4.5.4, Tables 3.1, 4.2, 4.3",
     fabric=CASSINI_FABRIC,
     topology="24 servers, one A100 and one 50 Gbit/s ConnectX-5 each, RoCEv2 with DCQCN, "
@@ -86,7 +86,7 @@ CASSINI_POISSON = PaperSetup(
     mapping=(
         "the logical topology is not in the text: 6 leaves of 4 servers and 2 spines, every "
         "link 50 Gbit/s, 2:1 at the leaves (8 switches and 36 links, not 13 and 48): the "
-        "servers, NIC speed and oversubscription are the seed's",
+        "servers, NIC speed and oversubscription are the paper's",
         "1 GPU a server, so every multi-GPU job crosses the network, as in the testbed",
         "DCQCN and PFC are not modelled: the fabric's flows share max-min fairly (or by "
         "MLTCP's F)",
@@ -100,7 +100,7 @@ CASSINI_POISSON = PaperSetup(
         "iterations uniform over 200-1000",
         "load 0.9 (the middle of 80-100 %), turned into a rate with a dedicated-network "
         "estimate of each job's GPU-seconds",
-        "100 jobs (the seed gives no count)",
+        "100 jobs (the paper gives no count)",
         "compute times of the profiles: see docs/cluster-catalogue.md (several are derived)",
     ),
     schemes=(

@@ -1,6 +1,6 @@
 """Cassini's step 3 in the cluster simulator: time-shifts, and drift correction.
 
-Seed ``000_...`` section 4.4 (Algorithm 1) and section 4.4.2.  For the jobs sharing
+Thesis §4.4 (Algorithm 1) and §4.4.2.  For the jobs sharing
 links, Algorithm 1 gives one time-shift per job; each job is held back so that its
 iterations start at its shift on a common frame.  Shifts drift (noise, stragglers,
 iteration times that are not what the circle assumed), so the agents measure the drift

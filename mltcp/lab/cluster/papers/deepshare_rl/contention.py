@@ -1,6 +1,6 @@
 """Contention sensitivity (CS): how much slower a job trains next to another job.
 
-Seed ``001`` (§I, Eq. 1) defines a job's CS as its ideal throughput over its throughput
+The deepshare-rl paper (§I, Eq. 1) defines a job's CS as its ideal throughput over its throughput
 when co-located with another job, and its Fig. 1 maps CS for pairs of its Table I
 models (``deepshare/*`` in the catalogue) on its cluster (§VI: 4 nodes x 8 TITAN Xp,
 one NIC each; the 40 Gbit/s InfiniBand, since FSDP's 2672 MB/s exceeds the 10 GbE).
@@ -8,12 +8,12 @@ Its RL scheduler's state and reward are built on these numbers, so they are meas
 here by the same fluid engine that runs the cluster simulator, under fair sharing and
 under MLTCP, rather than typed in.
 
-*Co-located* (001 footnote 2) means the jobs share all or part of their nodes, and so
-the nodes' network bandwidth.  Here both jobs are ``nodes x gpus_per_node`` (001
+*Co-located* (deepshare-rl footnote 2) means the jobs share all or part of their nodes, and so
+the nodes' network bandwidth.  Here both jobs are ``nodes x gpus_per_node`` (deepshare-rl
 Fig. 1 labels its jobs so) and the placement says which servers the second one gets:
 
 * ``shared``: the same servers as the first, in the same ring order, so each NIC
-  carries one ring flow of each job (001's full co-location);
+  carries one ring flow of each job (deepshare-rl's full co-location);
 * ``partial``: shifted by half the node count (part of the nodes shared);
 * ``disjoint``: other servers (no NIC in common: a control whose CS is 1).
 
@@ -45,12 +45,12 @@ from mltcp.lab.cluster.arrivals import catalogue
 from mltcp.lab.cluster.engine.gpu_jobs import PlacedJob, engine_state
 from mltcp.lab.cluster.engine.leafspine import LeafSpine
 from mltcp.lab.cluster.engine.network import Network, congestion_control
-from mltcp.lab.cluster.papers.deepshare_rl.rules import fabric as seed_fabric
+from mltcp.lab.cluster.papers.deepshare_rl.rules import fabric as paper_fabric
 from mltcp.lab.models import fluid_engine
 
 PLACEMENTS = ("shared", "partial", "disjoint")
-SEED_MODELS = tuple(n for n in catalogue.names() if n.startswith("deepshare/"))
-SEED_GPUS = (4, 4)              # 4 nodes x 4 GPUs each: two jobs fill 001's cluster
+PAPER_MODELS = tuple(n for n in catalogue.names() if n.startswith("deepshare/"))
+PAPER_GPUS = (4, 4)              # 4 nodes x 4 GPUs each: two jobs fill deepshare-rl's cluster
 MAX_EVENTS = 50_000_000
 LAUNCH_JITTER = 0.01            # the second job starts up to this x its iteration late
 
@@ -59,7 +59,7 @@ LAUNCH_JITTER = 0.01            # the second job starts up to this x its iterati
 class PairCS:
     """Two co-located jobs: each one's steady iteration time alone (``alone_*``) and
     together (``together_*``), and its CS = together / alone (= ideal throughput over
-    throughput under contention, 001 Eq. 1)."""
+    throughput under contention, deepshare-rl Eq. 1)."""
 
     model_a: str
     model_b: str
@@ -162,19 +162,19 @@ def _profile(model: str | catalogue.ModelProfile) -> catalogue.ModelProfile:
 
 def contention_sensitivity(model_a: str | catalogue.ModelProfile,
                            model_b: str | catalogue.ModelProfile, fabric: LeafSpine | None = None,
-                           gpus: Sequence[int] = SEED_GPUS, placement: str = "shared",
+                           gpus: Sequence[int] = PAPER_GPUS, placement: str = "shared",
                            network: str | Network = "fair", iterations: int = 20,
                            seed: int = 0, warmup: float = 0.5,
                            gpus_b: Sequence[int] | None = None) -> PairCS:
     """The CS of ``model_a`` and ``model_b`` (catalogue names or profiles) co-located on ``fabric``
-    (001's cluster by default), each ``gpus`` = (nodes, GPUs per node) (``model_b``
-    ``gpus_b`` where given: 001 Fig. 1's grids pair jobs of different sizes), under
+    (deepshare-rl's cluster by default), each ``gpus`` = (nodes, GPUs per node) (``model_b``
+    ``gpus_b`` where given: deepshare-rl Fig. 1's grids pair jobs of different sizes), under
     ``network`` (``fair`` or ``mltcp``, or such a :class:`Network`).
 
     The pair is run in name order, whatever order it is given in: the engine's tie
     breaks and the launch offset follow the job order, and a pair's CS must not depend
     on which job was named first."""
-    fabric = fabric or seed_fabric()
+    fabric = fabric or paper_fabric()
     pa, pb = _profile(model_a), _profile(model_b)
     net = _network(network, fabric)
     validate.integer(iterations, "iterations", 4, 10_000, "20")
@@ -212,7 +212,7 @@ def contention_sensitivity(model_a: str | catalogue.ModelProfile,
 @dataclass(frozen=True)
 class CSTable:
     """CS of every ordered pair of ``models``: ``cs[i][j]`` is model i's CS next to
-    model j (001 Fig. 1: target row, co-located column)."""
+    model j (deepshare-rl Fig. 1: target row, co-located column)."""
 
     models: tuple[str, ...]
     network: str
@@ -237,8 +237,8 @@ class CSTable:
                                      for p in self.pairs]}, indent=1)
 
 
-def cs_table(models: Sequence[str] = SEED_MODELS, fabric: LeafSpine | None = None,
-             gpus: Sequence[int] = SEED_GPUS, placement: str = "shared",
+def cs_table(models: Sequence[str] = PAPER_MODELS, fabric: LeafSpine | None = None,
+             gpus: Sequence[int] = PAPER_GPUS, placement: str = "shared",
              network: str | Network = "fair", iterations: int = 20,
              seed: int = 0) -> CSTable:
     """:func:`contention_sensitivity` for every unordered pair of ``models`` (each with
@@ -257,12 +257,12 @@ def cs_table(models: Sequence[str] = SEED_MODELS, fabric: LeafSpine | None = Non
             if i == j:          # two jobs of one model: either is the target
                 cs[i][i] = (p.cs_a + p.cs_b) / 2
             pairs.append(p)
-    name = _network(network, fabric or seed_fabric()).name
+    name = _network(network, fabric or paper_fabric()).name
     return CSTable(models, name, placement, (gpus[0], gpus[1]),
                    tuple(tuple(r) for r in cs), tuple(pairs))
 
 
-# 001 Fig. 1's 6 x 6 grids: a job's CS for each of its shapes (rows) next to each of the
+# deepshare-rl Fig. 1's 6 x 6 grids: a job's CS for each of its shapes (rows) next to each of the
 # co-located job's (columns).  The shapes are the RL scheduler's placements that leave
 # room on a node for another job: 2 and 4 nodes x 1, 2, 4 GPUs (demands 2-16).
 GRID_SHAPES = ((2, 1), (2, 2), (2, 4), (4, 1), (4, 2), (4, 4))
@@ -290,10 +290,10 @@ class CSGrid:
                 "cs": [[b.round(4).tolist() for b in row] for row in self.cs]}
 
 
-def cs_grid(models: Sequence[str] = SEED_MODELS, network: str | Network = "fair",
+def cs_grid(models: Sequence[str] = PAPER_MODELS, network: str | Network = "fair",
             iterations: int = 20, seed: int = 0,
             shapes: Sequence[tuple[int, int]] = GRID_SHAPES) -> CSGrid:
-    """Every pair of ``models`` in every pair of ``shapes``, on 001's cluster (each
+    """Every pair of ``models`` in every pair of ``shapes``, on deepshare-rl's cluster (each
     unordered pair of models and of shapes run once, filling both jobs' cells)."""
     models = tuple(_profile(m).name for m in models)
     k, n = len(models), len(shapes)
@@ -311,12 +311,12 @@ def cs_grid(models: Sequence[str] = SEED_MODELS, network: str | Network = "fair"
                         grid[i][i][u, u] = (p.cs_a + p.cs_b) / 2
                     else:
                         grid[i][j][u, v], grid[j][i][v, u] = p.cs_a, p.cs_b
-    name = _network(network, seed_fabric()).name
+    name = _network(network, paper_fabric()).name
     return CSGrid(models, name, tuple(shapes), tuple(tuple(r) for r in grid))
 
 
 def plot_cs_grids(grids: Sequence[CSGrid], path: str) -> None:
-    """001 Fig. 1's layout, one panel per network: target models down, co-located
+    """deepshare-rl Fig. 1's layout, one panel per network: target models down, co-located
     across, each cell a 6 x 6 grid of shapes."""
     import matplotlib
     matplotlib.use("Agg")

@@ -1,33 +1,33 @@
-"""What the RL scheduler sees and can do (seed ``001`` §IV), shared by its training
+"""What the RL scheduler sees and can do (deepshare-rl §IV), shared by its training
 environment (:mod:`.env`) and the deployed scheduler (:mod:`.schedulers`), so that a
 policy trained on one acts on the same numbers in the other.
 
 **Candidates**: walking the waiting queue from its head, the first job of each GPU
 demand in :data:`mltcp.lab.cluster.papers.deepshare_rl.rules.DEMANDS` (``K`` = 4 candidates at most;
-001 picks "K candidate jobs with different GPU demands ... from the head").
+deepshare-rl picks "K candidate jobs with different GPU demands ... from the head").
 
-**State**: a ``nodes x 3*GPUs`` array (001 Fig. 2 is ``nodes x 2*GPUs``; the middle
+**State**: a ``nodes x 3*GPUs`` array (deepshare-rl Fig. 2 is ``nodes x 2*GPUs``; the middle
 block is ours: the issue asks for the jobs' contention sensitivities in the state, and
-001 puts them only in its reward):
+deepshare-rl puts them only in its reward):
 
 * left block: each node's GPUs, filled left to right by the jobs placed on it, each
   slot holding the job's model code (1..6 over 6: which of Table I's models);
 * middle block: the same slots holding the job's measured CS - 1 (0 until measured,
   capped at 2);
 * right block: slot ``(i, j)`` holds the model code of the candidate that could run on
-  ``2^i`` nodes x ``j + 1`` GPUs each (001's right half: one candidate may fill several
+  ``2^i`` nodes x ``j + 1`` GPUs each (deepshare-rl's right half: one candidate may fill several
   slots, one per way its demand splits).
 
-**Action**: ``Discrete(1 + K x S)``: 0 = schedule nothing this round (001's empty
+**Action**: ``Discrete(1 + K x S)``: 0 = schedule nothing this round (deepshare-rl's empty
 set), else candidate ``k`` on node set ``s`` of :func:`~mltcp.lab.cluster.papers.deepshare_rl.rules.
-node_sets` (the demand split evenly over the set's nodes, ring in node order).  001's
+node_sets` (the demand split evenly over the set's nodes, ring in node order).  deepshare-rl's
 action is a node set that its environment gives to the first candidate it fits; ours
 names the candidate too.  :func:`action_mask` says which actions fit now (the policy is
 trained with invalid actions masked out: sb3-contrib's MaskablePPO).
 
 **Contention sensitivity** (:class:`CSMeter`): a running job's CS over the last round
 = the time it ran in the round over (iterations it finished x its dedicated
-iteration on the same GPUs), 001 Eq. 1 measured by the simulator instead of profiled.
+iteration on the same GPUs), deepshare-rl Eq. 1 measured by the simulator instead of profiled.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from mltcp.lab.cluster.engine.scheduling import Allocation, ClusterView, QueuedJ
 from mltcp.lab.cluster.papers.deepshare_rl import rules as deepshare
 
 CS_CAP = 3.0
-PREEMPT_CS = 1 / 0.6    # 001's code: a job below 0.6 of its ideal throughput is preempted
+PREEMPT_CS = 1 / 0.6    # deepshare-rl's code: a job below 0.6 of its ideal throughput is preempted
 MODEL_CODE = {m: (i + 1) / len(deepshare.MODELS) for i, m in enumerate(deepshare.MODELS)}
 
 
@@ -146,7 +146,7 @@ def observation(layout: Layout, running: Sequence[RunningJob], cs: dict[str, flo
 
 def greedy(view: ClusterView, queue: Sequence[QueuedJob], cands: Sequence[QueuedJob | None]
            ) -> tuple[QueuedJob, Allocation] | None:
-    """001's safety rule: the first candidate in ``queue`` order that the spread
+    """deepshare-rl's safety rule: the first candidate in ``queue`` order that the spread
     placement (:func:`~mltcp.lab.cluster.papers.deepshare_rl.rules.spread_place`) fits now."""
     for job in sorted((c for c in cands if c is not None), key=list(queue).index):
         where = deepshare.spread_place(view, job)

@@ -1,20 +1,20 @@
 """The RL scheduler's training environment: a Gymnasium ``Env`` over the cluster
-simulator (seed ``001`` §IV, Algorithm 1).
+simulator (deepshare-rl §IV, Algorithm 1).
 
-An episode is one job set (:func:`mltcp.lab.cluster.papers.deepshare_rl.rules.job_set`) on 001's
-cluster, from an empty cluster until every job has finished.  The environment runs the
-scheduling loop the deployed scheduler runs (:mod:`.schedulers`), one decision per
-step: at a scheduling moment (a round's tick every ``round_s``, a job's
-end, an arrival) the policy places candidates one step at a time; its "nothing", or a
-cluster where nothing more fits, lets time run to the next moment at which something
-fits (001 Algorithm 1: schedule, sleep for T, reward).  Jobs whose CS over the last
-round reached ``preempt_cs`` go back to the queue (001 §IV: "preemption based on a
+An episode is one job set (:func:`.rules.job_set`) on deepshare-rl's cluster, from an
+empty cluster until every job has finished.  The environment runs the scheduling loop
+the deployed scheduler runs (:mod:`.schedulers`), one decision per step: at a
+scheduling moment (a round's tick every ``round_s``, a job's end, an arrival) the
+policy places candidates one step at a time; its "nothing", or a cluster where nothing
+more fits, lets time run to the next moment at which something fits (deepshare-rl
+Algorithm 1: schedule, sleep for T, reward).  Jobs whose CS over the last round reached
+``preempt_cs`` go back to the queue (deepshare-rl §IV: "preemption based on a
 predefined threshold on contention sensitivity"; its code uses a throughput ratio of
 0.6, CS 1/0.6).  The simulator is the cluster simulator itself: the fluid engine runs
 the jobs' iterations, their flows sharing NICs under ``network``'s congestion control.
 
-The reward is 001 Eq. 2, ``-W1 x CS + W2 x Util`` with ``CS`` the mean over running
-jobs of (CS - 1) measured over their last round (0 for a job alone; 001's code uses
+The reward is deepshare-rl Eq. 2, ``-W1 x CS + W2 x Util`` with ``CS`` the mean over running
+jobs of (CS - 1) measured over their last round (0 for a job alone; deepshare-rl's code uses
 1 - 1/CS, the same ordering), ``Util`` the fraction of GPUs held, ``W2 = 1 - W1``;
 it is paid for each stretch of time between moments, weighted by the stretch's length
 in rounds (so an episode's return is its integral over time, however many moments it

@@ -1,4 +1,4 @@
-"""Seed ``001``'s experiment (the RL contention-aware scheduler, §VI) as data and rules.
+"""The deepshare-rl paper's experiment (the RL contention-aware scheduler, §VI) as data and rules.
 
 * The cluster: four 8-GPU nodes on one 40 Gbit/s switch
   (:func:`fabric`).
@@ -6,24 +6,24 @@
   1:1:1, heavy, medium and low communication), each a number of *job sets* of 256 jobs
   queued at once (an episode of the RL environment is one job set).  Every job gets a
   random GPU demand and as many iterations as one hour of training alone would take.
-* Where a job may go: 001 runs every job on several nodes, on ``2^i`` of them with the
+* Where a job may go: deepshare-rl runs every job on several nodes, on ``2^i`` of them with the
   same number of GPUs on each (its state's right half: slot ``(i, j)`` is ``2^i`` nodes
   x ``j`` GPUs, and its released code never places a job on one node); a placement is a
   node set (:func:`node_sets`) of 2 or 4 nodes here.
-* The baselines: LAS and SRTF as the seed runs them: re-ranked every scheduling round
+* The baselines: LAS and SRTF as the paper runs them: re-ranked every scheduling round
   (preempting), the head of the queue placed across as many nodes as its demand
   allows (:func:`spread_place`; contention-agnostic), head-of-line blocking.
 
-What is ours, not the seed's (it leaves them open or its code differs from its text):
+What is ours, not the paper's (it leaves them open or its code differs from its text):
 
 * demands drawn from 2, 4, 8, 16 GPUs (the text says "up to 32", the released code uses
   2, 4, 8; a 1-GPU job has no network traffic and a 32-GPU one fills the cluster, so
   neither has a co-location to choose);
-* one hour alone = iterations on two nodes (the fewest the seed allows) at line rate;
+* one hour alone = iterations on two nodes (the fewest the paper allows) at line rate;
   ``duration_s`` scales every job's length (the evaluation and training can run shorter
   jobs with the round scaled alike: :data:`ROUND_S` per :data:`DURATION_S`);
 * GraphSage and MobileNetV3 iterate every 35 and 13 ms at line rate (1e5 and 3e5
-  iterations an hour); their jobs accumulate gradients over micro-batches (001 §VI
+  iterations an hour); their jobs accumulate gradients over micro-batches (deepshare-rl §VI
   lists accumulation steps among the randomised settings) to at least
   :data:`MIN_ITERATION_S` per iteration, which keeps a 256-job set to ~1e6 simulated
   iterations.  Their communication is 1 % and 14 % of their iteration at 40 Gbit/s and
@@ -50,7 +50,7 @@ from mltcp.lab.cluster.schedulers.queue import QueueScheduler
 
 MODELS = ("deepshare/gnn", "deepshare/img", "deepshare/dlrm", "deepshare/lm",
           "deepshare/fsdp", "deepshare/moe")
-# 001 footnote 4: GNN:IMG:DLRM:LM:FSDP:MoE per trace.
+# deepshare-rl footnote 4: GNN:IMG:DLRM:LM:FSDP:MoE per trace.
 TRACES: dict[str, tuple[int, ...]] = {
     "normal": (1, 1, 1, 1, 1, 1),
     "heavy": (1, 1, 1, 1, 4, 4),
@@ -58,17 +58,17 @@ TRACES: dict[str, tuple[int, ...]] = {
     "low": (4, 4, 1, 1, 1, 1),
 }
 DEMANDS = (2, 4, 8, 16)
-JOBS_PER_SET = 256                 # 001 §VI: "ten job sets each with 256 ... jobs"
+JOBS_PER_SET = 256                 # deepshare-rl §VI: "ten job sets each with 256 ... jobs"
 SETS_PER_TRACE = 10
-DURATION_S = 3600.0                # 001 §VI: one hour alone
-ROUND_S = 300.0                    # 001's released code: round_dur = 300 s
-W1 = 0.4                           # Eq. 2's contention weight: 001's branch B (0.4, 0.6)
+DURATION_S = 3600.0                # deepshare-rl §VI: one hour alone
+ROUND_S = 300.0                    # deepshare-rl's released code: round_dur = 300 s
+W1 = 0.4                           # Eq. 2's contention weight: deepshare-rl's branch B (0.4, 0.6)
 MIN_ITERATION_S = 0.25
-NODE_COUNTS = (2, 4)               # 2^i nodes, i >= 1: 001 never places on one node
+NODE_COUNTS = (2, 4)               # 2^i nodes, i >= 1: deepshare-rl never places on one node
 
 
 def fabric() -> LeafSpine:
-    """001 §VI's cluster: four 8-GPU nodes, one NIC each on 40 Gbit/s InfiniBand (one
+    """deepshare-rl §VI's cluster: four 8-GPU nodes, one NIC each on 40 Gbit/s InfiniBand (one
     switch: a leaf with one spine that no flow crosses)."""
     return LeafSpine(leaves=1, servers_per_leaf=4, spines=1, gpus_per_server=8,
                      server_gbit=40.0)
@@ -76,7 +76,7 @@ def fabric() -> LeafSpine:
 
 def node_sets(nodes: int) -> tuple[tuple[int, ...], ...]:
     """Every set of ``2^i >= 2`` of the cluster's ``nodes`` (pairs, then quads, ...): the
-    RL scheduler's placements (001's released code: the 6 pairs and the quad of 4)."""
+    RL scheduler's placements (deepshare-rl's released code: the 6 pairs and the quad of 4)."""
     out: list[tuple[int, ...]] = []
     for size in NODE_COUNTS:
         if size <= nodes:
@@ -123,7 +123,7 @@ def job_set(trace: str, index: int, jobs: int = JOBS_PER_SET,
 
 
 def spread_place(view: ClusterView, job: QueuedJob) -> Allocation | None:
-    """001's placement for LAS and SRTF: as many nodes as the demand splits over (4,
+    """deepshare-rl's placement for LAS and SRTF: as many nodes as the demand splits over (4,
     then 2), the first nodes in index order with room; never one node."""
     per_server = view.fabric.gpus_per_server
     for n in sorted(NODE_COUNTS, reverse=True):
@@ -137,7 +137,7 @@ def spread_place(view: ClusterView, job: QueuedJob) -> Allocation | None:
 
 
 def baseline(name: str, net: LeafSpine, round_s: float = ROUND_S) -> QueueScheduler:
-    """``las`` or ``srtf`` as 001 runs them (preemptive, re-ranked every ``round_s``,
+    """``las`` or ``srtf`` as deepshare-rl runs them (preemptive, re-ranked every ``round_s``,
     spread placement, head-of-line blocking)."""
     orders = {"las": las, "srtf": srtf}
     validate.choice(name, "scheduler", orders)

@@ -1,4 +1,4 @@
-"""RL-base and RL-Hybrid (seed ``001`` §IV): a trained policy as a cluster scheduler.
+"""RL-base and RL-Hybrid (deepshare-rl §IV): a trained policy as a cluster scheduler.
 
 At a scheduling moment the scheduler first sends back to the queue the running jobs
 whose CS over the last round reached the preemption threshold, then asks the policy
@@ -8,7 +8,7 @@ policy answers "nothing" or nothing fits:
 * **RL-base** stops at the policy's "nothing" (it may leave GPUs idle to avoid
   contention), unless nothing would run at all: an empty cluster that waits has no job
   to end and free GPUs, so then it places one job as RL-Hybrid would;
-* **RL-Hybrid** then falls back to the greedy rule (001: "when it faces an empty set
+* **RL-Hybrid** then falls back to the greedy rule (deepshare-rl: "when it faces an empty set
   ... it follows a safety rule of trying greedy scheduling"): the first candidate, in
   queue order, that :func:`~mltcp.lab.cluster.papers.deepshare_rl.rules.spread_place` fits.
 
@@ -179,7 +179,7 @@ def rl_scheduler(kind: str, fabric: LeafSpine, policy: str | Path | None = None
         raise SpecError("scheduler", f"unknown RL scheduler {kind!r}",
                         "use rl-base or rl-hybrid")
     if (fabric.servers, fabric.gpus_per_server) != (4, 8):
-        raise SpecError("cluster", f"the RL policy acts on 001's 4 nodes x 8 GPUs, not "
+        raise SpecError("cluster", f"the RL policy acts on deepshare-rl's 4 nodes x 8 GPUs, not "
                         f"{fabric.servers} x {fabric.gpus_per_server}",
                         "run it on [jobs] setup = \"deepshare-normal\" (or another trace)")
     act = load_policy(policy or shipped_path())

@@ -10,11 +10,11 @@ from mltcp.lab.cluster.papers.deepshare_rl import rules as deepshare
 from mltcp.lab.cluster.papers.figures import PaperSetup, Reported, Scheme
 
 _DS_CTX = "Trace: Normal, Branch B (W1, W2) = (0.4, 0.6)"
-_DS_SRC = "001 §VI Results (Fig. 5)"
-# 001's released simulator (scheduler/cluster_env.py) adds a job's rounds on GPUs to its
+_DS_SRC = "deepshare-rl §VI Results (Fig. 5)"
+# deepshare-rl's released simulator (scheduler/cluster_env.py) adds a job's rounds on GPUs to its
 # "JCT": its JCT is time on GPUs, queueing left out.  Each figure is therefore compared
 # both ways: with our JCT (end - arrival) and with time on GPUs.
-_DS_ON_GPUS = "001's simulator counts a job's time on GPUs as its JCT"
+_DS_ON_GPUS = "deepshare-rl's simulator counts a job's time on GPUs as its JCT"
 DEEPSHARE_RESULTS = tuple(
     Reported(_DS_CTX, metric, scheme, base, _DS_SRC, stated_pct=pct, note=note)
     for kind, note in (("JCT", ""), ("JCT (time on GPUs)", _DS_ON_GPUS))
@@ -26,11 +26,11 @@ DEEPSHARE_RESULTS = tuple(
         (f"p90 {kind}", "RL-Hybrid", "SRTF", 16.4), (f"p90 {kind}", "RL-Hybrid", "LAS", 20.7)))
 
 
-# 001 §VI on Fig. 8: "in low communication traces, we observe that SRTF and LAS perform
+# deepshare-rl §VI on Fig. 8: "in low communication traces, we observe that SRTF and LAS perform
 # similarly to RL-Hybrid"; the heavy and medium traces' figures are only plotted.
-_LOW_NOTE = "the seed: 'perform similarly' (Fig. 8, read as 0 %)"
+_LOW_NOTE = "the paper: 'perform similarly' (Fig. 8, read as 0 %)"
 DEEPSHARE_LOW = tuple(
-    Reported("Trace: Low", "average JCT", "RL-Hybrid", base, "001 §VI (Fig. 8)",
+    Reported("Trace: Low", "average JCT", "RL-Hybrid", base, "deepshare-rl §VI (Fig. 8)",
              stated_pct=0.0, note=_LOW_NOTE) for base in ("SRTF", "LAS"))
 
 
@@ -39,8 +39,8 @@ def _deepshare_setup(trace: str) -> PaperSetup:
     return PaperSetup(
         key=f"deepshare-{trace}",
         paper="deepshare-rl",
-        title=f"RL contention-aware scheduling, {trace} trace (001 §VI)",
-        source="001 §VI",
+        title=f"RL contention-aware scheduling, {trace} trace (deepshare-rl §VI)",
+        source="deepshare-rl §VI",
         fabric=deepshare.fabric(),
         topology="4 nodes x 8 TITAN Xp, one ConnectX-4 NIC each, 10 GbE and 40 Gbps "
                  "InfiniBand",
@@ -49,10 +49,10 @@ def _deepshare_setup(trace: str) -> PaperSetup:
         workload=f"job sets of 256 randomly shuffled jobs, models GNN:IMG:DLRM:LM:FSDP:MoE = "
                  f"{mix}, GPU demand up to 32, each an hour alone",
         workload_assumptions=(
-            "the seed's seed = the job set's index (sets 0-9 as the seed's ten)",
+            "the random seed = the job set's index (sets 0-9 as the paper's ten)",
             "demands uniform over 2, 4, 8, 16 GPUs "
             "(mltcp.lab.cluster.papers.deepshare_rl.rules says why)",
-            "all 256 jobs queued at time 0 (an episode of the seed's simulator)",
+            "all 256 jobs queued at time 0 (an episode of the paper's simulator)",
             "GraphSage and MobileNetV3 accumulate gradients to >= 0.25 s iterations",
         ),
         schemes=(

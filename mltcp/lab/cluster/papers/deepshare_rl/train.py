@@ -1,7 +1,7 @@
-"""Train the RL scheduler's policy (seed ``001`` Algorithm 1) on the cluster simulator.
+"""Train the RL scheduler's policy (deepshare-rl Algorithm 1) on the cluster simulator.
 
 The environment is :class:`.env.ContentionEnv`; the algorithm is sb3-contrib's MaskablePPO (PPO, the
-seed's default in stable-baselines3, with the
+paper's default in stable-baselines3, with the
 actions that do not fit masked out instead of being no-ops the agent has to learn to
 avoid).  Episodes are drawn from a trace's *training* job sets
 (:data:`TRAIN_SETS`, disjoint from the sets the comparison evaluates on).

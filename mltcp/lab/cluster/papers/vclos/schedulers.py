@@ -1,6 +1,6 @@
-"""vClos and OCS-vClos: contention-free placement on a leaf-spine, and the seed's baselines.
+"""vClos and OCS-vClos: contention-free placement on a leaf-spine, and the paper's baselines.
 
-Seed ``003_4c01d47e34a84381`` ("Isolated Scheduling for Distributed Training Tasks in GPU
+The vclos paper ("Isolated Scheduling for Distributed Training Tasks in GPU
 Clusters").  Its argument, as this module follows it:
 
 * §5.2 (Lemma 5.1): with *source routing* (the source picks the spine) a traffic pattern
@@ -16,7 +16,7 @@ Clusters").  Its argument, as this module follows it:
   the fewest idle servers that suffice; Stage 2, else it spans leaves, each of its
   leaf-to-leaf flows on a spine whose two links (source leaf up, destination leaf down)
   no other job uses.  "If vClos cannot be generated, the task will enter the waiting
-  phase": the placement returns None and, FIFO being the seed's scheduler (§4.3, §8.1,
+  phase": the placement returns None and, FIFO being the paper's scheduler (§4.3, §8.1,
   §9.2), the job waits at the head of the queue and nobody passes it.
 * §7 OCS-vClos: optical circuit switches between leaves and spines rewire *idle*
   leaf-spine links so that fragments of free ports become usable; Stage 2 places the
@@ -27,7 +27,7 @@ Clusters").  Its argument, as this module follows it:
   from a leaf's server port to a spine port, §5.2) and *Balanced ECMP* (each flow on
   the least loaded spine, ties at random).
 
-How the seed's terms map onto :class:`~mltcp.lab.cluster.engine.leafspine.LeafSpine`: the seed
+How the paper's terms map onto :class:`~mltcp.lab.cluster.engine.leafspine.LeafSpine`: the paper
 binds one NIC per GPU (§4.1), which is the fabric's ``rails`` (one NIC a GPU: ``rails =
 gpus_per_server``), and a job's network use is one ring per rail over its servers
 (:mod:`mltcp.lab.cluster.engine.gpu_jobs`; §5.3: "for rings with multiple channels, we only need to
@@ -36,12 +36,12 @@ grouped by leaf sends one hop to the next leaf and receives one, so on each of i
 a job uses ``rails`` uplinks and ``rails`` downlinks; vClos gives every (hop, rail) its
 own spine, free at both ends, so no two flows, of one job or of two, share a leaf-spine
 link.  Links are directed and full duplex here, so vClos reserves the directed links its
-flows use (the seed reserves whole cables; that would only make a job wait more often,
+flows use (the paper reserves whole cables; that would only make a job wait more often,
 never contend less).
 
 Approximations, stated plainly:
 
-* The seed solves Stage 2 with an ILP whose objective it does not give.  Here, since each
+* The paper solves Stage 2 with an ILP whose objective it does not give.  Here, since each
   leaf of a job has one outgoing and one incoming inter-leaf flow, the spine of each
   flow can be chosen on its own (any spine free at both ends); what is searched is the
   set of leaves and their order around the ring (a cycle in the "some spine is free
@@ -58,14 +58,14 @@ Approximations, stated plainly:
   admits, so it cannot show §7's lower fragmentation (Table 2); doing so needs a route
   of two spine indices per flow (``Allocation.spines`` as (up, down) pairs and
   ``LeafSpine.path`` taking both).
-* The seed's *Best* (one electric switch joining all servers) is not a placement on this
+* The paper's *Best* (one electric switch joining all servers) is not a placement on this
   fabric; a job's ``dedicated_s`` (alone on its GPUs and paths) is its bound here.
-* The seed's virtual Clos gives a leaf holding k of a job's GPUs k uplinks (a
+* The paper's virtual Clos gives a leaf holding k of a job's GPUs k uplinks (a
   non-blocking sub-Clos, which AlltoAll or HD traffic would need); a ring uses only
   ``rails`` of them, and here only those are reserved.  So a leaf with more than one of
   a job's servers keeps spare uplinks for other jobs and vClos waits less often than the
-  seed's (its Table 2 counts the waits for network).
-* The seed's remark that a vClos needs N to be "a prime number" (§6.1, garbled in the
+  paper's (its Table 2 counts the waits for network).
+* The paper's remark that a vClos needs N to be "a prime number" (§6.1, garbled in the
   source) does not apply to a ring over servers: any server count forms one.
 * Running jobs routed by ECMP (``spines`` None) hash with the simulator's seed, which a
   scheduler does not see: vClos counts such a flow as using every spine between its
@@ -89,7 +89,7 @@ from mltcp.lab.cluster.schedulers.orders import fifo
 from mltcp.lab.cluster.schedulers.queue import PlacementFn, QueueScheduler
 
 # Nodes the multi-leaf search may visit for one job before it gives up (the job then
-# waits).  The seed's ILP takes about a second on 2048 GPUs; a bounded search keeps a
+# waits).  The paper's ILP takes about a second on 2048 GPUs; a bounded search keeps a
 # long simulation's scheduling time bounded instead.
 SEARCH_STEPS = 20_000
 
@@ -146,7 +146,7 @@ def link_use(view: ClusterView) -> LinkUse:
     return LinkUse(up, down)
 
 
-# -- the GPUs: the seed's locality rule (Stages 0 and 1, and the leaves of Stage 2)
+# -- the GPUs: the paper's locality rule (Stages 0 and 1, and the leaves of Stage 2)
 
 def servers_needed(fabric: LeafSpine, gpus: int) -> int:
     """A job of more than a server's GPUs takes whole idle servers: ``ceil(N / T)``."""
@@ -168,7 +168,7 @@ def one_server(free: np.ndarray, gpus: int) -> int | None:
 
 def one_leaf(idle: list[list[int]], need: int) -> list[int] | None:
     """Stage 1: ``need`` idle servers of the leaf with the fewest idle servers that has
-    enough (the seed's ``validLeafList.sort()``; ties: the lower leaf)."""
+    enough (the paper's ``validLeafList.sort()``; ties: the lower leaf)."""
     leaves = [leaf for leaf, servers in enumerate(idle) if len(servers) >= need]
     if not leaves:
         return None
@@ -306,7 +306,7 @@ def _stages_0_1(view: ClusterView, job: QueuedJob
     """``(placed, rest)``: the job placed by Stage 0 (one server) or Stage 1 (one leaf);
     else ``rest`` = (idle servers per leaf, servers needed) when enough idle servers
     exist for a ring over leaves, or None when the job must wait for GPUs (a job of one
-    server's GPUs is never split: the seed's locality constraint)."""
+    server's GPUs is never split: the paper's locality constraint)."""
     fabric, n = view.fabric, job.gpus
     if n <= fabric.gpus_per_server:
         server = one_server(view.free, n)
@@ -338,7 +338,7 @@ def _vclos_stage2(view: ClusterView, job: QueuedJob, idle: list[list[int]],
 
 
 def vclos_placement(view: ClusterView, job: QueuedJob) -> Allocation | None:
-    """vClos (seed §6.1, Algorithm 1): Stage 0, Stage 1, then a ring over several leaves
+    """vClos (vclos §6.1, Algorithm 1): Stage 0, Stage 1, then a ring over several leaves
     on leaf-spine links no other job uses; None (wait) when there is none."""
     placed, rest = _stages_0_1(view, job)
     if rest is None:
@@ -350,7 +350,7 @@ def one_spine(view: ClusterView, idle: list[list[int]], need: int
               ) -> tuple[list[int], tuple[int, ...]] | None:
     """OCS-vClos's Stage 2 as this fabric can name it: leaves (most idle first, as few as
     hold ``need`` servers) whose links up to and down from one spine are both free, on
-    the spine with the fewest such leaves that still suffices (seed §7.2).  With several
+    the spine with the fewest such leaves that still suffices (vclos §7.2).  With several
     rails, that spine and the other ``rails - 1`` spines free both ways at all those
     leaves with the fewest such leaves (one spine per rail, the same for every hop);
     returns the leaves and the spines, rail by rail."""
@@ -376,7 +376,7 @@ def one_spine(view: ClusterView, idle: list[list[int]], need: int
 
 
 def ocs_vclos_placement(view: ClusterView, job: QueuedJob) -> Allocation | None:
-    """OCS-vClos (seed §7, Algorithm 2) as far as this fabric can express it: Stages 0-1,
+    """OCS-vClos (vclos §7, Algorithm 2) as far as this fabric can express it: Stages 0-1,
     then the whole ring through one spine, then vClos's multi-spine search (see the
     module's docstring for what the OCS would add and why it is not modelled)."""
     placed, rest = _stages_0_1(view, job)
@@ -392,7 +392,7 @@ def ocs_vclos_placement(view: ClusterView, job: QueuedJob) -> Allocation | None:
                       route(view.fabric, servers, lambda i, a, b: spines))
 
 
-# -- the seed's baselines (§9.3): vClos's GPUs, routes that reserve nothing
+# -- the paper's baselines (§9.3): vClos's GPUs, routes that reserve nothing
 
 def _baseline(routing: Callable[[ClusterView, Sequence[int]], tuple[int, ...] | None]
               ) -> PlacementFn:
@@ -419,7 +419,7 @@ def _ecmp(view: ClusterView, servers: Sequence[int]) -> None:
 
 
 def _source_routing(view: ClusterView, servers: Sequence[int]) -> tuple[int, ...]:
-    """Seed §5.2: leaf m maps its i-th server port to a spine port, f_m(i) = i here
+    """vclos §5.2: leaf m maps its i-th server port to a spine port, f_m(i) = i here
     (mod the spines when a leaf has more server ports than spines); a server's ports are
     its rails, so rail r of the leaf's k-th server is port ``k x rails + r``."""
     fabric = view.fabric
@@ -433,7 +433,7 @@ def _source_routing(view: ClusterView, servers: Sequence[int]) -> tuple[int, ...
 
 
 def _balanced(view: ClusterView, servers: Sequence[int]) -> tuple[int, ...]:
-    """Seed §9.3's Balanced ECMP: each flow on a spine whose busier end carries the
+    """vclos §9.3's Balanced ECMP: each flow on a spine whose busier end carries the
     fewest flows (the job's own flows counted as they are routed), ties at random."""
     use = link_use(view)
     up, down = use.up.copy(), use.down.copy()
@@ -455,7 +455,7 @@ source_routing_placement = _baseline(_source_routing)
 balanced_ecmp_placement = _baseline(_balanced)
 
 
-# -- schedulers: FIFO with a blocking head, the seed's default (§4.3, §8.1, §9.2)
+# -- schedulers: FIFO with a blocking head, the paper's default (§4.3, §8.1, §9.2)
 
 def _fifo(name: str, place: PlacementFn, reserves: bool = False
           ) -> Callable[[LeafSpine], QueueScheduler]:
@@ -483,11 +483,11 @@ SCHEDULERS: dict[str, Callable[[LeafSpine], QueueScheduler]] = {
 
 
 def cluster512(oversubscription: float = 1.0) -> LeafSpine:
-    """The seed's CLUSTER512 (§9.2) as we read it: 512 GPUs, one 100 Gbit/s NIC per GPU
+    """The paper's CLUSTER512 (§9.2) as we read it: 512 GPUs, one 100 Gbit/s NIC per GPU
     (§8.1; 8 rails a server), 8 GPUs a server, leaves of 64 ports, half to servers (32
     GPUs: 4 servers) and half to spines (§4.1): 16 leaves, and L x S = 512 GPUs (§6.1)
-    gives 32 spines, one 100 Gbit/s link per leaf-spine pair (non-blocking, as the seed's
-    fabric is).  The leaf port count is our assumption: the seed gives 64-port switches
+    gives 32 spines, one 100 Gbit/s link per leaf-spine pair (non-blocking, as the paper's
+    fabric is).  The leaf port count is our assumption: the paper gives 64-port switches
     for CLUSTER2048 only."""
     return LeafSpine(leaves=16, servers_per_leaf=4, spines=32, gpus_per_server=8,
                      server_gbit=100.0, oversubscription=oversubscription, rails=8)

@@ -14,8 +14,8 @@ from mltcp.lab.cluster.papers.figures import PaperSetup, Reported, Scheme
 
 VCLOS_FABRIC = LeafSpine(leaves=16, servers_per_leaf=4, spines=32, gpus_per_server=8,
                          server_gbit=100.0, oversubscription=1.0, rails=8)
-VCLOS_MEAN_GAP_S = 120.0                 # 003 §9.2, §9.4: Poisson arrivals, lambda = 120 s
-VCLOS_JOBS = 5000                        # 003 §9.2
+VCLOS_MEAN_GAP_S = 120.0                 # vclos §9.2, §9.4: Poisson arrivals, lambda = 120 s
+VCLOS_JOBS = 5000                        # vclos §9.2
 VCLOS_MIX = JobMix(
     models=Weighted.uniform(("ada/vgg16", "vclos/resnet50", "vclos/resnet101", "vclos/bert",
                              "deepshare/moe", "deepshare/dlrm"), "vclos.models"),
@@ -31,7 +31,7 @@ def vclos_jobs(seed: int = 0, n: int = VCLOS_JOBS) -> list[JobRequest]:
 
 
 _C512 = "CLUSTER512, FIFO, lambda = 120 s"
-_T6 = "003 Table 5 (lambda = 120 s) = Table 6 (FIFO)"
+_T6 = "vclos Table 5 (lambda = 120 s) = Table 6 (FIFO)"
 _OCS, _VC = "OCS-vClos", "vClos"
 
 VCLOS_RESULTS = (
@@ -42,24 +42,24 @@ VCLOS_RESULTS = (
     Reported(_C512, "average JCT", _OCS, "Source Routing", _T6, 5229.9, 6228.6, "s"),
     Reported(_C512, "average JCT", _OCS, _VC, _T6, 5229.9, 5550.6, "s"),
     Reported(_C512, "average JCT", "Best", "ECMP", _T6, 5053.0, 23545.4, "s"),
-    Reported(_C512, "average JCT", _OCS, "OCS-Relax", "003 Table 5", 5229.9, 11291.4, "s"),
-    Reported(_C512, "average JRT", f"{_VC} and {_OCS}", "Source Routing", "003 §9.4 (Fig. 13a)",
+    Reported(_C512, "average JCT", _OCS, "OCS-Relax", "vclos Table 5", 5229.9, 11291.4, "s"),
+    Reported(_C512, "average JRT", f"{_VC} and {_OCS}", "Source Routing", "vclos §9.4 (Fig. 13a)",
              stated_pct=3.1),
-    Reported(_C512, "average JRT", f"{_VC} and {_OCS}", "Balanced ECMP", "003 §9.4 (Fig. 13a)",
+    Reported(_C512, "average JRT", f"{_VC} and {_OCS}", "Balanced ECMP", "vclos §9.4 (Fig. 13a)",
              stated_pct=6.17),
-    Reported(_C512, "average JRT", _OCS, "Source Routing", "003 §9.4 (Fig. 12-13a)",
+    Reported(_C512, "average JRT", _OCS, "Source Routing", "vclos §9.4 (Fig. 12-13a)",
              stated_pct=3.18),
-    Reported(_C512, "average JWT", _OCS, "Source Routing", "003 §9.4 (Fig. 12-13a)",
+    Reported(_C512, "average JWT", _OCS, "Source Routing", "vclos §9.4 (Fig. 12-13a)",
              stated_pct=65.65),
-    Reported(_C512, "average JWT", _OCS, _VC, "003 §9.4 (Fig. 13a)", stated_pct=20.35),
-    Reported(_C512, "average JCT", _OCS, "Best", "003 §9.4 (Fig. 13a)", stated_pct=-3.38,
+    Reported(_C512, "average JWT", _OCS, _VC, "vclos §9.4 (Fig. 13a)", stated_pct=20.35),
+    Reported(_C512, "average JCT", _OCS, "Best", "vclos §9.4 (Fig. 13a)", stated_pct=-3.38,
              note="Table 5's values give -3.50 %; the text's -3.38 % is kept as stated"),
 )
 
 VCLOS_CLUSTER512 = PaperSetup(
     key="vclos-cluster512-fifo",
     paper="vclos",
-    title="vClos vs ECMP on CLUSTER512 under FIFO (003 §9)",
+    title="vClos vs ECMP on CLUSTER512 under FIFO (vclos §9)",
     source="003_4c01d47e34a84381.txt §4.1, §6.1, §8.1, §9.2-9.4, Tables 3, 5, 6",
     fabric=VCLOS_FABRIC,
     topology="512 GPUs on a two-tier leaf-spine with full bisection: each leaf has half its "
@@ -73,19 +73,19 @@ VCLOS_CLUSTER512 = PaperSetup(
         "each GPU its own 100 Gbit/s NIC: 8 rails a server (LeafSpine.rails = 8), all under "
         "the server's leaf; a multi-server job runs one ring per rail, each carrying 1/8 of "
         "the ring's bytes, and ECMP hashes every rail's flow on its own, so flows of one "
-        "job or of several collide on a leaf-spine link as the seed's hash collisions do",
+        "job or of several collide on a leaf-spine link as the paper's hash collisions do",
         "vClos gives every (ring hop, rail) a spine of its own, free at both ends: a job "
-        "uses 8 uplinks and 8 downlinks on each of its leaves; the seed's virtual Clos "
+        "uses 8 uplinks and 8 downlinks on each of its leaves; the paper's virtual Clos "
         "reserves k uplinks for k GPUs on a leaf (room for AlltoAll), so ours waits less "
         "often for links",
-        "100 Gbit/s links: the testbed's ConnectX-5 100G RoCE (§8.1); the seed does not "
+        "100 Gbit/s links: the testbed's ConnectX-5 100G RoCE (§8.1); the paper does not "
         "restate CLUSTER512's link speed",
     ),
     workload="5000 tasks based on the Helios dataset, arrival times Poisson with lambda = "
              "120 s (§9.2); FIFO; jobs of more than 8 GPUs take whole servers (locality, "
              "§6.1); the testbed's mix: VGG16, ResNet50/101, BERT, MoE, DLRM (§8.1, Table 3)",
     workload_assumptions=(
-        "Helios' GPU demands are not in the seed: 1/2/4/8/16/32/64/96/160 GPUs with weights "
+        "Helios' GPU demands are not in the paper: 1/2/4/8/16/32/64/96/160 GPUs with weights "
         "0.20/0.15/0.15/0.20/0.15/0.08/0.04/0.015/0.015 (the testbed's 2-16, and the 96- "
         "and 160-GPU jobs Fig. 12d names)",
         "models uniform over the testbed's six, profiled as ada/vgg16 (V100, batch 16), "

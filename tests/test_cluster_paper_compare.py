@@ -1,11 +1,11 @@
-"""The seeds' figures next to ours: every figure a seed reports is listed, mapped onto
+"""The papers' figures next to ours: every figure a paper reports is listed, mapped onto
 the cells an experiment on its setup ran, with the improvement computed the same way."""
 
 from __future__ import annotations
 
 import pytest
 
-from mltcp.lab.cluster.papers import compare as seed_compare
+from mltcp.lab.cluster.papers import compare as paper_compare
 from mltcp.lab.cluster.papers import setups
 
 
@@ -13,14 +13,14 @@ def _cells(values: dict[tuple[str, str], float], key: str = "jct_mean_s") -> dic
     return {cell: {key: v} for cell, v in values.items()}
 
 
-def test_every_seed_figure_is_listed_and_ours_is_the_same_improvement() -> None:
+def test_every_paper_figure_is_listed_and_ours_is_the_same_improvement() -> None:
     cells = _cells({("ada-srsf", "ada-dual"): 800.0, ("ada-srsf", "srsf-1"): 1000.0})
-    rows = seed_compare.rows("ada-srsf", cells)
+    rows = paper_compare.rows("ada-srsf", cells)
     assert len(rows) == len(setups.setup("ada-srsf").results)
     first = next(r for r in rows if (r.scheme, r.baseline, r.metric)
                  == ("Ada-SRSF", "SRSF(1)", "average JCT"))
     assert first.ours_pct == pytest.approx(20.0)              # 800 vs 1000 s: -20 %
-    assert first.seed_pct == pytest.approx(100 * (1374.84 - 1098.57) / 1374.84)
+    assert first.paper_pct == pytest.approx(100 * (1374.84 - 1098.57) / 1374.84)
     missing = next(r for r in rows if r.baseline == "SRSF(2)" and r.metric == "average JCT")
     assert missing.ours_pct is None and "ada-srsf/srsf-2" in missing.ours
 
@@ -28,21 +28,22 @@ def test_every_seed_figure_is_listed_and_ours_is_the_same_improvement() -> None:
 def test_higher_is_better_and_unmodelled_figures_say_so() -> None:
     cells = {("ada-srsf", "ada-dual"): {"gpu_utilisation": 0.6},
              ("ada-srsf", "srsf-1"): {"gpu_utilisation": 0.5}}
-    util = next(r for r in seed_compare.rows("ada-srsf", cells)
+    util = next(r for r in paper_compare.rows("ada-srsf", cells)
                 if r.metric == "average GPU utilisation" and r.baseline == "SRSF(1)")
     assert util.ours_pct == pytest.approx(20.0)               # a gain, not a reduction
-    pollux = [r for r in seed_compare.rows("cassini-poisson", {}) if r.baseline == "Pollux"]
+    pollux = [r for r in paper_compare.rows("cassini-poisson", {}) if r.baseline == "Pollux"]
     assert pollux and all(r.ours.startswith("not ") and r.ours_pct is None for r in pollux)
     headline = [r for r in pollux if r.context.startswith("all traces")]
     assert headline and all(r.ours.startswith("not modelled") for r in headline)
-    table = seed_compare.table(seed_compare.rows("cassini-poisson", {}))
+    table = paper_compare.table(paper_compare.rows("cassini-poisson", {}))
     assert table.count("\n") == len(setups.setup("cassini-poisson").results) + 1
+    assert table.startswith("| paper figure | context | paper | ours | our cells |")
 
 
-def test_figures_of_another_experiment_of_the_seed_are_not_matched() -> None:
+def test_figures_of_another_experiment_of_the_paper_are_not_matched() -> None:
     cells = {("cassini", "cassini"): {"run_slowdown_mean": 1.0},
              ("fifo/first_fit", "fair"): {"run_slowdown_mean": 1.25}}
-    rows = [r for r in seed_compare.rows("cassini-poisson", cells)
+    rows = [r for r in paper_compare.rows("cassini-poisson", cells)
             if r.metric == "average iteration time" and r.baseline == "Themis"]
     ours = [r for r in rows if r.ours_pct is not None]
     assert len(ours) == 1 and ours[0].context.startswith("Poisson trace, data + model")
@@ -50,17 +51,17 @@ def test_figures_of_another_experiment_of_the_seed_are_not_matched() -> None:
     assert all("another experiment" in r.ours for r in rows if r.ours_pct is None)
 
 
-def test_001s_jct_is_compared_as_end_minus_arrival_and_as_time_on_gpus() -> None:
+def test_deepshare_rls_jct_is_compared_as_end_minus_arrival_and_as_time_on_gpus() -> None:
     cells = {("rl-base", "fair"): {"jct_mean_s": 80.0, "held_mean_s": 9.0,
                                    "jct_p90_s": 100.0, "held_p90_s": 10.0},
              ("deepshare-srtf", "fair"): {"jct_mean_s": 100.0, "held_mean_s": 10.0,
                                           "jct_p90_s": 100.0, "held_p90_s": 20.0}}
     rows = {(r.scheme, r.baseline, r.metric): r
-            for r in seed_compare.rows("deepshare-normal", cells)}
+            for r in paper_compare.rows("deepshare-normal", cells)}
     assert rows["RL-base", "SRTF", "average JCT"].ours_pct == pytest.approx(20.0)
-    assert rows["RL-base", "SRTF", "average JCT"].seed_pct == pytest.approx(15.4)
+    assert rows["RL-base", "SRTF", "average JCT"].paper_pct == pytest.approx(15.4)
     assert rows["RL-base", "SRTF", "average JCT (time on GPUs)"].ours_pct == \
         pytest.approx(10.0)
     assert rows["RL-base", "SRTF", "p90 JCT (time on GPUs)"].ours_pct == pytest.approx(50.0)
     assert rows["RL-base", "LAS", "p90 JCT"].ours.startswith("not run here")
-    assert not seed_compare.rows("deepshare-heavy", cells)       # plotted only
+    assert not paper_compare.rows("deepshare-heavy", cells)       # plotted only
