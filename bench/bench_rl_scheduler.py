@@ -31,8 +31,8 @@ from mltcp.lab.cluster.engine.simulator import ClusterSim
 from mltcp.lab.cluster.experiments import registry, report
 from mltcp.lab.cluster.experiments.config import parse_config
 from mltcp.lab.cluster.experiments.runner import execute
-from mltcp.lab.cluster.papers.deepshare_rl import rules as deepshare
 from mltcp.lab.cluster.papers.deepshare_rl import schedulers as rl_sched
+from mltcp.lab.cluster.papers.deepshare_rl import setup as deepshare
 
 SCHEDULERS = ("rl-base", "rl-hybrid", "deepshare-las", "deepshare-srtf",
               "deepshare-first-fit", "deepshare-random")

@@ -15,13 +15,13 @@ from mltcp.lab.cluster.engine.scheduling import Allocation, Decision, QueuedJob
 from mltcp.lab.cluster.engine.simulator import ClusterSim
 from mltcp.lab.cluster.experiments import registry, report
 from mltcp.lab.cluster.papers.deepshare_rl import encoding as rl_encoding  # noqa: E402
-from mltcp.lab.cluster.papers.deepshare_rl import rules as deepshare  # noqa: E402
+from mltcp.lab.cluster.papers.deepshare_rl import setup as deepshare  # noqa: E402
 from mltcp.lab.cluster.papers.deepshare_rl.encoding import CSMeter, Layout
 
 gym = pytest.importorskip("gymnasium", reason="the RL scheduler needs mltcp[rl] (gymnasium)")
 pytest.importorskip("sb3_contrib", reason="the RL scheduler needs mltcp[rl] (sb3-contrib)")
 
-from mltcp.lab.cluster.papers.deepshare_rl import env as rl_env  # noqa: E402
+from mltcp.lab.cluster.papers.deepshare_rl import gym_env as rl_env  # noqa: E402
 from mltcp.lab.cluster.papers.deepshare_rl import schedulers as rl_sched  # noqa: E402
 from mltcp.lab.cluster.papers.deepshare_rl import train as rl_train  # noqa: E402
 

@@ -21,8 +21,8 @@ from mltcp.lab.cluster.engine.scheduling import Scheduler
 from mltcp.lab.cluster.papers.ada_srsf import schedulers as ada_srsf
 from mltcp.lab.cluster.papers.cassini import schedulers as cassini_sched
 from mltcp.lab.cluster.papers.cassini import timeshifts as cassini_net
-from mltcp.lab.cluster.papers.deepshare_rl import rules as deepshare
 from mltcp.lab.cluster.papers.deepshare_rl import schedulers as rl_sched
+from mltcp.lab.cluster.papers.deepshare_rl import setup as deepshare
 from mltcp.lab.cluster.papers.vclos import schedulers as vclos
 from mltcp.lab.cluster.schedulers.orders import ORDERS, order
 from mltcp.lab.cluster.schedulers.placement import POLICIES

@@ -1,13 +1,12 @@
 """The RL network-contention-aware scheduler (paper ``deepshare-rl``).
 
-* :mod:`rules` -- its cluster, its four traces of 256-job sets, node-set placements,
-  and LAS/SRTF as it runs them;
+* :mod:`setup` -- its cluster, its four traces of 256-job sets, node-set placements,
+  LAS/SRTF as it runs them, and its figures;
 * :mod:`contention` -- contention sensitivity (Eq. 1, Fig. 1) measured by the fluid
   engine;
 * :mod:`encoding` -- the state, candidates, actions, masks and the CS meter, one
   definition for training and deployment;
-* :mod:`env` -- the Gymnasium environment over the simulator; :mod:`train` --
+* :mod:`gym_env` -- the Gymnasium environment over the simulator; :mod:`train` --
   MaskablePPO training; :mod:`schedulers` -- RL-base, RL-Hybrid and rule ablations;
-  ``policies/`` -- the shipped policy;
-* :mod:`setup` -- the experiment's figures.
+  ``policies/`` -- the shipped policy.
 """

@@ -45,7 +45,7 @@ from mltcp.lab.cluster.arrivals import catalogue
 from mltcp.lab.cluster.engine.gpu_jobs import PlacedJob, engine_state
 from mltcp.lab.cluster.engine.leafspine import LeafSpine
 from mltcp.lab.cluster.engine.network import Network, congestion_control
-from mltcp.lab.cluster.papers.deepshare_rl.rules import fabric as paper_fabric
+from mltcp.lab.cluster.papers.deepshare_rl.setup import fabric as paper_fabric
 from mltcp.lab.models import fluid_engine
 
 PLACEMENTS = ("shared", "partial", "disjoint")

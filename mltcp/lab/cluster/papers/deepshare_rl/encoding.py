@@ -1,9 +1,9 @@
 """What the RL scheduler sees and can do (deepshare-rl §IV), shared by its training
-environment (:mod:`.env`) and the deployed scheduler (:mod:`.schedulers`), so that a
+environment (:mod:`.gym_env`) and the deployed scheduler (:mod:`.schedulers`), so that a
 policy trained on one acts on the same numbers in the other.
 
 **Candidates**: walking the waiting queue from its head, the first job of each GPU
-demand in :data:`mltcp.lab.cluster.papers.deepshare_rl.rules.DEMANDS` (``K`` = 4 candidates at most;
+demand in :data:`mltcp.lab.cluster.papers.deepshare_rl.setup.DEMANDS` (``K`` = 4 candidates at most;
 deepshare-rl picks "K candidate jobs with different GPU demands ... from the head").
 
 **State**: a ``nodes x 3*GPUs`` array (deepshare-rl Fig. 2 is ``nodes x 2*GPUs``; the middle
@@ -19,7 +19,7 @@ deepshare-rl puts them only in its reward):
   slots, one per way its demand splits).
 
 **Action**: ``Discrete(1 + K x S)``: 0 = schedule nothing this round (deepshare-rl's empty
-set), else candidate ``k`` on node set ``s`` of :func:`~mltcp.lab.cluster.papers.deepshare_rl.rules.
+set), else candidate ``k`` on node set ``s`` of :func:`~mltcp.lab.cluster.papers.deepshare_rl.setup.
 node_sets` (the demand split evenly over the set's nodes, ring in node order).  deepshare-rl's
 action is a node set that its environment gives to the first candidate it fits; ours
 names the candidate too.  :func:`action_mask` says which actions fit now (the policy is
@@ -39,7 +39,7 @@ import numpy as np
 
 from mltcp.lab.cluster.engine.leafspine import LeafSpine
 from mltcp.lab.cluster.engine.scheduling import Allocation, ClusterView, QueuedJob, RunningJob
-from mltcp.lab.cluster.papers.deepshare_rl import rules as deepshare
+from mltcp.lab.cluster.papers.deepshare_rl import setup as deepshare
 
 CS_CAP = 3.0
 PREEMPT_CS = 1 / 0.6    # deepshare-rl's code: a job below 0.6 of its ideal throughput is preempted
@@ -147,7 +147,7 @@ def observation(layout: Layout, running: Sequence[RunningJob], cs: dict[str, flo
 def greedy(view: ClusterView, queue: Sequence[QueuedJob], cands: Sequence[QueuedJob | None]
            ) -> tuple[QueuedJob, Allocation] | None:
     """deepshare-rl's safety rule: the first candidate in ``queue`` order that the spread
-    placement (:func:`~mltcp.lab.cluster.papers.deepshare_rl.rules.spread_place`) fits now."""
+    placement (:func:`~mltcp.lab.cluster.papers.deepshare_rl.setup.spread_place`) fits now."""
     for job in sorted((c for c in cands if c is not None), key=list(queue).index):
         where = deepshare.spread_place(view, job)
         if where is not None:

@@ -10,7 +10,7 @@ policy answers "nothing" or nothing fits:
   to end and free GPUs, so then it places one job as RL-Hybrid would;
 * **RL-Hybrid** then falls back to the greedy rule (deepshare-rl: "when it faces an empty set
   ... it follows a safety rule of trying greedy scheduling"): the first candidate, in
-  queue order, that :func:`~mltcp.lab.cluster.papers.deepshare_rl.rules.spread_place` fits.
+  queue order, that :func:`~mltcp.lab.cluster.papers.deepshare_rl.setup.spread_place` fits.
 
 The policy is a stable-baselines3 / sb3-contrib MaskablePPO checkpoint (a ``.zip``);
 the repository ships one (:data:`SHIPPED`, trained by :mod:`.train` with the command in its
@@ -33,7 +33,7 @@ from mltcp.core.errors import CapabilityError, SpecError
 from mltcp.lab.cluster.engine.leafspine import LeafSpine
 from mltcp.lab.cluster.engine.scheduling import ClusterView, Decision, QueuedJob
 from mltcp.lab.cluster.papers.deepshare_rl import encoding as rl_encoding
-from mltcp.lab.cluster.papers.deepshare_rl import rules as deepshare
+from mltcp.lab.cluster.papers.deepshare_rl import setup as deepshare
 from mltcp.lab.cluster.papers.deepshare_rl.encoding import PREEMPT_CS, CSMeter, Layout
 
 MAX_PLACEMENTS = 64                # per moment: a guard, far above what 32 GPUs hold

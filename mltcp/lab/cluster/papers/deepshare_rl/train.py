@@ -1,8 +1,8 @@
 """Train the RL scheduler's policy (deepshare-rl Algorithm 1) on the cluster simulator.
 
-The environment is :class:`.env.ContentionEnv`; the algorithm is sb3-contrib's MaskablePPO (PPO, the
-paper's default in stable-baselines3, with the
-actions that do not fit masked out instead of being no-ops the agent has to learn to
+The environment is :class:`.gym_env.ContentionEnv`; the algorithm is sb3-contrib's
+MaskablePPO (PPO, the paper's default in stable-baselines3, with the actions that do
+not fit masked out instead of being no-ops the agent has to learn to
 avoid).  Episodes are drawn from a trace's *training* job sets
 (:data:`TRAIN_SETS`, disjoint from the sets the comparison evaluates on).
 
@@ -28,7 +28,7 @@ from typing import Any
 from mltcp.core import validate
 from mltcp.core.errors import CapabilityError
 from mltcp.lab.cluster.engine.network import congestion_control
-from mltcp.lab.cluster.papers.deepshare_rl import rules as deepshare
+from mltcp.lab.cluster.papers.deepshare_rl import setup as deepshare
 
 TRAIN_SETS = tuple(range(100, 110))     # the comparison evaluates on sets 0..9
 
@@ -100,7 +100,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, name: str,
     sb3_contrib, sb3, MaskablePPO, BaseCallback = _libraries()
     import torch
 
-    from mltcp.lab.cluster.papers.deepshare_rl import env as rl_env
+    from mltcp.lab.cluster.papers.deepshare_rl import gym_env as rl_env
 
     validate.text(name, "name", "deepshare-normal-w0.4")
     out = Path(out_dir)

@@ -1,7 +1,7 @@
 """The RL scheduler's training environment: a Gymnasium ``Env`` over the cluster
 simulator (deepshare-rl §IV, Algorithm 1).
 
-An episode is one job set (:func:`.rules.job_set`) on deepshare-rl's cluster, from an
+An episode is one job set (:func:`.setup.job_set`) on deepshare-rl's cluster, from an
 empty cluster until every job has finished.  The environment runs the scheduling loop
 the deployed scheduler runs (:mod:`.schedulers`), one decision per step: at a
 scheduling moment (a round's tick every ``round_s``, a job's end, an arrival) the
@@ -39,7 +39,7 @@ from mltcp.lab.cluster.engine.network import Network, fair
 from mltcp.lab.cluster.engine.scheduling import Decision
 from mltcp.lab.cluster.engine.simulator import ClusterSim, Run
 from mltcp.lab.cluster.papers.deepshare_rl import encoding as rl_encoding
-from mltcp.lab.cluster.papers.deepshare_rl import rules as deepshare
+from mltcp.lab.cluster.papers.deepshare_rl import setup as deepshare
 from mltcp.lab.cluster.papers.deepshare_rl.encoding import PREEMPT_CS, CSMeter, Layout
 
 MAX_EVENTS = 10**9
