@@ -46,7 +46,7 @@ NAMED: dict[str, Callable[[LeafSpine], Scheduler]] = {
 POLICY_SEP = "@"
 
 NETWORKS: dict[str, Callable[[LeafSpine], Network]] = {
-    "fair": _network.fair, "mltcp": _network.mltcp,
+    **_network.CONGESTION_CONTROLS,
     "ada-dual": ada_srsf.ada_dual, "cassini": cassini_net.cassini_network,
     **{f"srsf-{n}": (lambda fabric, n=n: ada_srsf.srsf_comm(fabric, n)) for n in (1, 2, 3)},
 }
