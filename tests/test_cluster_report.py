@@ -334,3 +334,26 @@ def test_a_paper_setup_experiment_puts_the_papers_figures_next_to_ours(tmp_path:
     mine, base = (cells["ada-srsf", n]["jct_mean_s"] for n in ("ada-dual", "srsf-1"))
     assert first["ours_pct"] == pytest.approx(100 * (base - mine) / base)
     assert "The paper's figures next to ours" in (tmp_path / "summary.md").read_text()
+
+
+def test_a_scheduler_spec_is_parsed_once_and_each_run_builds_its_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A config parses each scheduler once when it is read (the check builds one, which
+    # the first run gets); every run gets a scheduler of its own (schedulers keep a
+    # run's state), and nothing builds one to check the jobs.
+    from mltcp.lab.cluster.experiments import registry
+    from mltcp.lab.cluster.schedulers.queue import QueueScheduler
+
+    built: list[QueueScheduler] = []
+
+    def counting(fabric: Any) -> QueueScheduler:
+        sched = registry.scheduler("fifo/first_fit", fabric)
+        built.append(sched)
+        return sched
+
+    monkeypatch.setitem(registry.NAMED, "counted", counting)
+    cfg = config.parse_config(_data(schedulers=["counted"], seeds=[0, 1]))
+    assert len(built) == 1                           # parsed and checked once
+    experiment.execute(cfg, progress=None)
+    assert len(built) == 4                           # 2 networks x 2 seeds, one each
+    assert len({id(s) for s in built}) == 4

@@ -326,3 +326,50 @@ def test_a_remainder_shorter_than_the_clocks_resolution_still_finishes(slope: fl
     fluid_engine.set_event(st, 0, st.t)
     assert fluid_engine.advance_until(st, np.inf, 10**4) == fluid_engine.DONE
     assert np.isfinite(st.end[0, 1])
+
+
+def _one_flow_job(iterations: int = 4) -> fluid_engine.EngineState:
+    """One job of one flow over one link: 0.1 s of compute, then 1 MB at 10 MB/s."""
+    return fluid_engine.new_state(
+        np.array([0]), [[0]], np.array([10e6]), np.array([1e6]), np.array([1.0]),
+        np.ones((1, 1)), np.full((1, 1), 0.1), np.array([iterations]), np.zeros(1),
+        np.zeros((1, 1)), 0.0, 1.0, np.inf, 8, 0.0)
+
+
+def test_a_job_held_back_while_computing_starts_communicating_later() -> None:
+    st = _one_flow_job()
+    assert fluid_engine.next_comm_start(st, 0) == pytest.approx(0.1)
+    fluid_engine.delay_next_comm(st, 0, 0.25)
+    assert fluid_engine.next_comm_start(st, 0) == pytest.approx(0.35)
+    assert fluid_engine.advance_until(st, np.inf, 10**6) == fluid_engine.DONE
+    start, end = fluid_engine.iteration_span(st, 0, 0)
+    assert (start, end) == (pytest.approx(0.0), pytest.approx(0.45))
+    # the later iterations are not held: 0.1 s compute + 0.1 s communication each
+    assert fluid_engine.iteration_span(st, 0, 1)[1] - end == pytest.approx(0.2)
+
+
+def test_a_job_held_back_while_communicating_computes_longer_next_time() -> None:
+    st = _one_flow_job()
+    assert fluid_engine.advance_until(st, 0.15, 10**6) == fluid_engine.RUNNING
+    assert fluid_engine.next_comm_start(st, 0) == pytest.approx(0.1)   # under way
+    fluid_engine.delay_next_comm(st, 0, 0.25)
+    assert fluid_engine.next_comm_start(st, 0) == pytest.approx(0.35)  # + the hold
+    assert fluid_engine.advance_until(st, np.inf, 10**6) == fluid_engine.DONE
+    assert fluid_engine.iterations_done(st, 0) == 4 and not fluid_engine.is_running(st, 0)
+    first, second = (fluid_engine.iteration_span(st, 0, i) for i in (0, 1))
+    assert first[1] == pytest.approx(0.2)                 # this iteration as it was
+    assert second[1] - second[0] == pytest.approx(0.45)   # the next computes 0.25 s longer
+
+
+def test_a_hold_is_carried_over_a_rebuild() -> None:
+    # The cluster simulator rebuilds the engine's state when its jobs change; a hold a
+    # network put on a job's next iteration must survive it.
+    whole = _one_flow_job()
+    assert fluid_engine.advance_until(whole, 0.15, 10**6) == fluid_engine.RUNNING
+    fluid_engine.delay_next_comm(whole, 0, 0.25)
+    rebuilt = _one_flow_job()
+    fluid_engine.carry_over(whole, rebuilt, [(0, 0)], whole.t)
+    assert fluid_engine.next_comm_start(rebuilt, 0) == pytest.approx(0.35)
+    assert fluid_engine.advance_until(rebuilt, np.inf, 10**6) == fluid_engine.DONE
+    start, end = fluid_engine.iteration_span(rebuilt, 0, 1)
+    assert end - start == pytest.approx(0.45)

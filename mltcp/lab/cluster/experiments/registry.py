@@ -60,7 +60,7 @@ def network(name: str, fabric: LeafSpine) -> Network:
     return NETWORKS[name](fabric)
 
 
-@dataclass
+@dataclass(eq=False)
 class SchedulerSpec:
     """A scheduler spec, parsed and checked against a fabric once (what a config holds
     for each of its schedulers).  Checking builds the scheduler (a scheduler checks its
@@ -69,7 +69,7 @@ class SchedulerSpec:
 
     spec: str
     make: Callable[[], Scheduler] = field(repr=False)
-    _checked: list[Scheduler] = field(default_factory=list, repr=False)
+    _checked: list[Scheduler] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._checked.append(self.make())
