@@ -3,8 +3,8 @@
 // ns-3's global routing either takes the first of several equal-cost routes or
 // sprays packets over them at random (RandomEcmpRouting), which reorders TCP; a real
 // switch hashes each flow onto one path.  FlowPathRouting is that hash made explicit:
-// the Python side picks every ring flow's path (mltcp.lab.graph.ring_flow_path, the same
-// choice the fluid model makes for the same seed) and installs, on each switch the
+// the Python side picks every ring flow's path (mltcp.lab.scenario.graph.ring_flow_path,
+// the same choice the fluid model makes for the same seed) and installs, on each switch the
 // flow crosses, an entry (source host, destination host) -> (output interface, next
 // hop).  Packets with no entry (ACKs, ARP-free point-to-point control) fall through
 // to the next protocol of the node's list routing: global routing.

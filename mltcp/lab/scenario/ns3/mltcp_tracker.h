@@ -13,10 +13,10 @@
 #include <deque>
 
 // F's parameter bounds have one source, the Python spec (mltcp/core/aggressiveness.py);
-// the loader (mltcp.lab.ns3.sim.include) defines them before including this header.
+// the loader (mltcp.lab.scenario.ns3.sim.include) defines them before including this header.
 #if !defined(MLTCP_MAX_SLOPE) || !defined(MLTCP_MIN_INTERCEPT) || \
     !defined(MLTCP_MAX_INTERCEPT) || !defined(MLTCP_MAX_CAP)
-#error "define F's bounds first: include through mltcp.lab.ns3.sim.include()"
+#error "define F's bounds first: include through mltcp.lab.scenario.ns3.sim.include()"
 #endif
 
 namespace mltcp {
