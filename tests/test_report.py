@@ -148,3 +148,27 @@ def test_steady_state_p99_counts_only_iterations_after_convergence(tmp_path):
     assert ml["iteration_time"]["p99_second_half"] == pytest.approx(0.2)
     assert std["iteration_time"]["p99_after_convergence"] is None
     assert std["iteration_time"]["p99_second_half"] == pytest.approx(0.5)
+
+
+def test_a_run_shorter_than_one_link_sample_reports(tmp_path):
+    """Two 1 ms iterations of 10 KB: the links record no sample, so their ECN marks and
+    drops are unknown (null), not a crash and not a made-up 0."""
+    from importlib import resources
+
+    from mltcp.lab.scenario.runner import run_scenario
+
+    text = (resources.files("mltcp.lab.scenario") / "examples" / "compatible-pair.toml"
+            ).read_text()
+    for old, new in (("iterations = 40", "iterations = 2"), ("compute_ms = 120", "compute_ms = 1"),
+                     ('bytes_per_iteration = "10MB"', 'bytes_per_iteration = "10KB"'),
+                     ("seeds = [0, 1, 2, 3, 4]", "seeds = [0]")):
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / "short.toml"
+    path.write_text(text)
+    report = run_scenario(str(path), tmp_path / "out", schemes=["cubic", "mltcp-cubic"],
+                          backend="fluid")
+    for block in report["schemes"].values():
+        assert block["drops"] is None and block["ecn_marks"] is None
+        assert block["iteration_time"]["mean"] > 0
+    assert (tmp_path / "out" / "summary.md").is_file()

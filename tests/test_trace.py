@@ -207,3 +207,17 @@ def test_flow_windows_are_optional_validated_and_round_trip() -> None:
     doc["flows"][0]["samples"][0]["cwnd_bytes"] = -1
     with pytest.raises(SpecError, match=r"^flows\[0\]\.samples\[0\]\.cwnd_bytes"):
         Trace.from_dict(doc)
+
+
+def test_a_links_sample_columns_are_made_once_and_cannot_be_changed() -> None:
+    # The report reads a link's samples once per iteration window of every job: the
+    # columns are built once per trace (a rebuild per window made the report's cost
+    # iterations x samples), and a caller cannot change them under the others.
+    link = LinkTrace("l", 1e9, tuple(LinkSample(0.1 * i, 5e8 + i, 10 * i, i, 2 * i)
+                                      for i in range(5)))
+    t = link.column("t")
+    assert t is link.times() and t is link.column("t")
+    np.testing.assert_array_equal(link.column("drops"), [0, 2, 4, 6, 8])
+    assert link.column("ecn_marks").dtype == np.int64
+    with pytest.raises(ValueError):
+        t[0] = 1.0

@@ -278,19 +278,17 @@ def _windows(job: JobTrace) -> list[tuple[float, float]]:
 
 def utilisation(link: LinkTrace, t0: float, t1: float) -> float | None:
     """Mean throughput / capacity over samples with t0 <= t < t1; None if there are none."""
-    times = link.times()
-    lo, hi = np.searchsorted(times, [t0, t1], side="left")
+    lo, hi = np.searchsorted(link.times(), [t0, t1], side="left")
     if hi <= lo:
         return None
-    bps = np.array([s.throughput_bps for s in link.samples[lo:hi]], dtype=float)
-    return float(bps.mean() / link.capacity_bps)
+    return float(link.column("throughput_bps")[lo:hi].mean() / link.capacity_bps)
 
 
 def run_utilisation(link: LinkTrace) -> float | None:
     """Mean throughput / capacity over all samples; None if the link has none."""
     if not link.samples:
         return None
-    return float(np.mean([s.throughput_bps for s in link.samples]) / link.capacity_bps)
+    return float(np.mean(link.column("throughput_bps")) / link.capacity_bps)
 
 
 def utilisation_per_iteration(link: LinkTrace, job: JobTrace) -> list[float | None]:
@@ -303,7 +301,7 @@ def counter_at(link: LinkTrace, counter: Counter, t: float) -> int | None:
     if not link.samples:
         return None
     j = int(np.searchsorted(link.times(), t, side="right")) - 1
-    return getattr(link.samples[max(j, 0)], counter)
+    return int(link.column(counter)[max(j, 0)])
 
 
 def counter_delta(link: LinkTrace, counter: Counter, t0: float, t1: float) -> int | None:

@@ -14,7 +14,8 @@ report.json:
     dedicated_means {job: seconds} (null without a dedicated baseline),
     schemes {name: {seeds, convergence {per_seed, converged_runs, median},
                     ratio_to_dedicated {per_seed, mean}, iteration_time {mean, p50, p99},
-                    overlap_last {mean}, utilisation {mean}, drops, ecn_marks,
+                    overlap_last {mean}, utilisation {mean}, drops, ecn_marks (null where a
+                    link has no sample to count from),
                     retransmits_per_iteration, rtos (null where not recorded),
                     speedup {baseline, mean, p99} | null,
                     speedup_vs_standard {standard scheme: {mean, p99} | null} | null}},
@@ -102,10 +103,17 @@ def _scheme_block(traces: list[Trace], summaries: list[dict]) -> dict:
                            "p99_second_half": _p99(halves)},
         "overlap_last": {"mean": float(np.mean(last)) if last else None},
         "utilisation": {"mean": float(np.mean(util)) if util else None},
-        "drops": sum(sum(s["overall"]["drops"].values()) for s in summaries),
-        "ecn_marks": sum(sum(s["overall"]["ecn_marks"].values()) for s in summaries),
+        "drops": _counter_total(summaries, "drops"),
+        "ecn_marks": _counter_total(summaries, "ecn_marks"),
         **_losses(summaries),
     }
+
+
+def _counter_total(summaries: list[dict], counter: str) -> int | None:
+    """``counter`` summed over every link of every run; None when a link has no sample
+    to count from (a run shorter than one sample interval): a total would be a guess."""
+    counts = [c for s in summaries for c in s["overall"][counter].values()]
+    return None if None in counts else sum(counts)
 
 
 def _losses(summaries: list[dict]) -> dict[str, float | int | None]:

@@ -30,6 +30,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -370,7 +371,24 @@ class LinkTrace:
         object.__setattr__(self, "samples", samples)
 
     def times(self) -> np.ndarray:
-        return np.array([s.t for s in self.samples], dtype=float)
+        """The samples' times (read-only)."""
+        return self.column("t")
+
+    def column(self, name: str) -> np.ndarray:
+        """One field of every sample as a read-only array (``t``, ``throughput_bps`` as
+        floats; ``queue_bytes``, ``ecn_marks``, ``drops`` as integers), made once per
+        trace: the report reads them once per iteration window of every job, and
+        rebuilding them each time made its cost iterations x samples."""
+        return self._columns[name]
+
+    @cached_property
+    def _columns(self) -> dict[str, np.ndarray]:
+        out = {}
+        for name, dtype in (("t", float), ("throughput_bps", float), ("queue_bytes", np.int64),
+                            ("ecn_marks", np.int64), ("drops", np.int64)):
+            out[name] = np.array([getattr(s, name) for s in self.samples], dtype=dtype)
+            out[name].setflags(write=False)
+        return out
 
     def to_dict(self) -> dict:
         return {"id": self.id, "capacity_bps": self.capacity_bps,
