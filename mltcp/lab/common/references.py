@@ -26,8 +26,9 @@ class Reference:
     link: str = ""
 
     def citation(self) -> str:
-        """Authors, title, venue, year: one line."""
-        return f"{', '.join(self.authors)}. {self.title}. {self.venue}, {self.year}."
+        """Authors, title (a markdown link where there is one), venue, year: one line."""
+        title = f"[{self.title}]({self.link})" if self.link else self.title
+        return f"{', '.join(self.authors)}. {title}. {self.venue}, {self.year}."
 
 
 REFERENCES: tuple[Reference, ...] = (
@@ -88,14 +89,6 @@ REFERENCES: tuple[Reference, ...] = (
 BY_KEY = {r.key: r for r in REFERENCES}
 
 
-def reference(key: str) -> Reference:
-    """The reference ``key`` (a KeyError names the keys there are)."""
-    try:
-        return BY_KEY[key]
-    except KeyError:
-        raise KeyError(f"no reference {key!r}; the keys: {', '.join(BY_KEY)}") from None
-
-
 def markdown() -> str:
     """docs/references.md."""
     lines = ["# References", "",
@@ -108,9 +101,8 @@ def markdown() -> str:
              "| key | reference | document | what this project takes from it |",
              "|---|---|---|---|"]
     for r in REFERENCES:
-        title = f"[{r.title}]({r.link})" if r.link else r.title
-        cite = f"{', '.join(r.authors)}. {title}. {r.venue}, {r.year}."
-        lines.append(f"| `{r.key}` | {cite} | {f'`{r.document}`' if r.document else '-'} "
+        lines.append(f"| `{r.key}` | {r.citation()} | "
+                     f"{f'`{r.document}`' if r.document else '-'} "
                      f"| {r.what} |")
     return "\n".join(lines) + "\n"
 

@@ -69,13 +69,14 @@ class SchedulerSpec:
 
     spec: str
     make: Callable[[], Scheduler] = field(repr=False)
-    _checked: list[Scheduler] = field(default_factory=list, init=False, repr=False)
+    _checked: Scheduler | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._checked.append(self.make())
+        self._checked = self.make()
 
     def build(self) -> Scheduler:
-        return self._checked.pop() if self._checked else self.make()
+        checked, self._checked = self._checked, None
+        return checked if checked is not None else self.make()
 
 
 def parse_scheduler(spec: str, fabric: LeafSpine) -> SchedulerSpec:
