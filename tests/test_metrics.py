@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from mltcp.core.errors import SpecError
@@ -102,35 +103,80 @@ def test_jobs_not_sharing_a_link_do_not_overlap() -> None:
 STEADY = [0.9, 0.5, 0.3, 0.05, 0.0, 0.02, 0.09, 0.0, 0.0]
 
 
-def test_convergence_at_three() -> None:
-    # below 0.10 from index 3 on, for indices 3..7 (5 iterations) -> 3.
-    assert m.first_converged(range(9), STEADY) == 3
+def test_first_interleaved_at_three() -> None:
+    # at or below 0.10 from index 3 on, for indices 3..7 (5 iterations) -> 3.
+    assert m.first_interleaved(range(9), STEADY) == 3
     # only 4 iterations below (3..6) are not enough.
-    assert m.first_converged(range(7), STEADY[:7]) is None
+    assert m.first_interleaved(range(7), STEADY[:7]) is None
 
 
-def test_blip_resets_convergence() -> None:
-    values = STEADY[:5] + [0.4] + [0.0] * 5       # blip at 5; below again from 6 to 10
-    assert m.first_converged(range(11), values) == 6
-    assert m.first_converged(range(10), values[:10]) is None   # 6..9 is only 4
+def test_a_blip_of_two_resets_first_interleaved_one_is_a_tolerated_spike() -> None:
+    values = STEADY[:5] + [0.4, 0.4] + [0.0] * 5   # blip at 5-6; below again from 7 to 11
+    assert m.first_interleaved(range(12), values) == 7
+    assert m.first_interleaved(range(11), values[:11]) is None   # 7..10 is only 4
+    spike = STEADY[:5] + [0.4] + [0.0] * 3          # one record: tolerated
+    assert m.first_interleaved(range(9), spike) == 3
 
 
 def test_threshold_and_k_parameters() -> None:
-    assert m.first_converged(range(9), STEADY, threshold=0.35) == 2   # 0.3 < 0.35 from 2
-    assert m.first_converged(range(9), STEADY, k=1) == 3
-    values = [0.1, 0.1, 0.0, 0.0]
-    assert m.first_converged(range(4), values, k=2) == 2      # 0.1 is not < 0.10
-    assert m.first_converged(range(4), values, threshold=0.11, k=4) == 0
-    with pytest.raises(SpecError, match="^k: "):
-        m.first_converged(range(4), values, k=0)
-    with pytest.raises(SpecError, match="^threshold: "):
-        m.first_converged(range(4), values, threshold=0.0)
+    assert m.first_interleaved(range(9), STEADY, threshold=0.35) == 2   # 0.3 <= 0.35 from 2
+    assert m.first_interleaved(range(9), STEADY, k=1) == 3
+    values = [0.2, 0.11, 0.1, 0.0]
+    assert m.first_interleaved(range(4), values, k=2) == 2      # 0.1 is at the threshold
+    assert m.held_from(range(4), values, k=2) == 2
+    assert m.first_interleaved(range(4), values, threshold=0.2, k=4) == 0
+    assert m.held_from(range(4), values, threshold=0.2, k=4) == 0
+    for fn in (m.first_interleaved, m.held_from):
+        with pytest.raises(SpecError, match="^k: "):
+            fn(range(4), values, k=0)
+        with pytest.raises(SpecError, match="^threshold: "):
+            fn(range(4), values, threshold=0.0)
+        with pytest.raises(SpecError, match="^values: "):
+            fn(range(4), values[:3])
 
 
-def test_gap_in_indices_restarts_the_count() -> None:
+def test_gap_in_indices_restarts_the_first_interleaved_count() -> None:
     # indices 0,1,2 then 4,5 (3 missing): no 3 consecutive present below threshold before 4.
-    assert m.first_converged([0, 1, 2, 4, 5], [0.0] * 5, k=3) == 0
-    assert m.first_converged([0, 1, 3, 4, 5], [0.0] * 5, k=3) == 3
+    assert m.first_interleaved([0, 1, 2, 4, 5], [0.0] * 5, k=3) == 0
+    assert m.first_interleaved([0, 1, 3, 4, 5], [0.0] * 5, k=3) == 3
+    assert m.held_from([0, 1, 3, 4, 5], [0.5, 0.0, 0.0, 0.0, 0.0], k=3) == 3
+
+
+DRIFTS_BACK = [0.9, 0.6] + [0.0] * 8 + [0.3, 0.5, 0.7, 0.8] + [0.5] * 6
+
+
+def test_a_run_that_interleaves_then_drifts_back_has_not_converged() -> None:
+    # The regression of issue 22: interleaved for 8 iterations (2..9), then back into
+    # overlap to the end.  The old definition (any k in a row) called it converged at 2.
+    assert m.first_interleaved(range(20), DRIFTS_BACK) == 2
+    assert m.held_from(range(20), DRIFTS_BACK) is None
+    # ... and if it interleaves again and holds, it converges there, not at 2.
+    again = DRIFTS_BACK + [0.0] * 6
+    assert m.first_interleaved(range(26), again) == 2
+    assert m.held_from(range(26), again) == 20
+
+
+def test_isolated_spikes_are_tolerated_but_not_a_drift_or_the_end() -> None:
+    spike = [0.8, 0.0, 0.0, 0.4, 0.0, 0.0, 0.0, 0.0]      # one slow iteration at 3
+    assert m.held_from(range(8), spike) == 1
+    assert m.first_interleaved(range(8), spike) == 1      # the spike does not restart k
+    two = [0.8, 0.0, 0.0, 0.4, 0.4, 0.0, 0.0, 0.0, 0.0, 0.0]   # two in a row: a drift
+    assert m.held_from(range(10), two) == 5
+    assert m.held_from(range(8), [0.8] + [0.0] * 6 + [0.4]) is None   # the last record
+    assert m.held_from(range(6), [0.4, 0.0, 0.0, 0.0, 0.0, 0.0]) == 1
+    assert m.held_from(range(4), [0.0] * 4) is None                    # fewer than k
+    assert m.held_from([], []) is None
+
+
+def test_convergence_never_precedes_first_interleaving() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n = int(rng.integers(0, 40))
+        values = list(rng.choice([0.0, 0.05, 0.1, 0.3, 0.9], size=n))
+        held, first = m.held_from(range(n), values), m.first_interleaved(range(n), values)
+        if held is not None:
+            assert first is not None and first <= held
+            assert values[held] <= 0.1 and n - held >= 5
 
 
 def test_convergence_on_a_trace() -> None:
@@ -144,7 +190,9 @@ def test_convergence_on_a_trace() -> None:
     assert m.convergence_iteration(t, "b") == 3
     assert m.convergence_iteration(t, "c") == 0
     assert m.scenario_convergence(t) == 3
+    assert m.scenario_first_interleaved(t) == 3
     assert m.scenario_convergence(t, k=6) is None        # 3..7 is only 5 iterations
+    assert m.scenario_first_interleaved(t, k=6) is None
 
 
 # --------------------------------------------------------------------------- iteration time
@@ -315,7 +363,8 @@ def test_summarize_is_json_and_complete() -> None:
     assert s["links"]["idle"]["reference_job"] is None
     assert set(ja) == {"iterations", "measured_iterations", "mean", "p50", "p99",
                        "dedicated_mean", "ratio_to_dedicated", "indices", "overlap",
-                       "convergence_iteration", "comm_throughput_bps", "retransmits", "rtos"}
+                       "convergence_iteration", "first_interleaved_iteration",
+                       "comm_throughput_bps", "retransmits", "rtos"}
     no_ded = m.summarize(t)
     assert no_ded["jobs"]["a"]["ratio_to_dedicated"] is None
 

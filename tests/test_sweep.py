@@ -78,10 +78,16 @@ def test_dask_sweep_writes_table_summary_and_plots(tmp_path) -> None:
     assert len(table) == 12 and {"slope", "intercept", "seed", "convergence_iteration",
                                  "ratio_to_dedicated"} <= set(table.columns)
     summary = json.loads((tmp_path / "sweep.json").read_text())
-    assert summary["schema"] == "mltcp.sweep/1" and len(summary["points"]) == 6
+    assert summary["schema"] == "mltcp.sweep/2" and len(summary["points"]) == 6
     assert summary["provenance"]["backend"] == "fluid"
-    for name in ("convergence.png", "ratio.png", "converged.png"):
-        assert (tmp_path / name).stat().st_size > 1000
+    for point in summary["points"]:
+        assert point["n"] == 2 and point["convergence_over"].endswith("of 2 converged")
+        for column, _ in sweep.AGGREGATED:
+            lo, mean, hi = (point[f"{column}_ci_lo"], point[column], point[f"{column}_ci_hi"])
+            assert mean is None or lo is None or lo <= mean <= hi
+    for name in ("convergence", "ratio", "converged", "interleaved"):
+        for suffix in ("png", "pdf"):
+            assert (tmp_path / f"{name}.{suffix}").stat().st_size > 1000
     csv = sweep.write(spec, rows, tmp_path / "csv", "csv")
     assert len(pd.read_csv(csv)) == 12
 
@@ -106,3 +112,37 @@ def test_every_point_is_validated_as_a_scenario_before_any_run(params: list[str]
 def test_a_sweep_refuses_the_backend_that_drives_this_hosts_kernel() -> None:
     with pytest.raises(SpecError, match="^backend: .*one run at a time"):
         sweep.make_spec("compatible-pair", ["slope=1"], backend="netns")
+
+
+def test_mltcp_parameters_over_a_standard_scheme_are_refused() -> None:
+    """Issue 22's reproduction: `--scheme cubic --param slope=1,2` ran MLTCP and recorded
+    cubic.  F's parameters now only vary an MLTCP scheme; other axes run the standard
+    scheme as named."""
+    with pytest.raises(SpecError, match=r"^--scheme: 'cubic' is a standard scheme .*"
+                                        r"drop --param slope"):
+        sweep.make_spec("compatible-pair", ["slope=1,2"], scheme="cubic")
+    spec = sweep.make_spec("compatible-pair", ["load=1"], scheme="cubic")
+    [chunk] = sweep.chunks(spec)
+    [row] = sweep.run_chunk(spec, chunk)
+    assert (row["scheme"], row["congestion_control"]) == ("cubic", "cubic")
+    assert not row["converged"]                     # standard cubic stays in lock-step
+
+
+def test_rows_record_the_scheme_as_run() -> None:
+    spec = sweep.make_spec("compatible-pair", ["slope=2"])
+    [row] = sweep.run_chunk(spec, sweep.chunks(spec)[0])
+    assert (row["scheme"], row["congestion_control"]) == ("mltcp-cubic", "mltcp_cubic")
+    assert row["first_interleaved_iteration"] is not None
+
+
+def test_aggregate_says_how_many_converged_beside_the_convergence_iteration() -> None:
+    rows = [{"slope": 1.0, "seed": s, "convergence_iteration": c, "converged": c is not None,
+             "first_interleaved_iteration": c, "ratio_to_dedicated": 1.0 + s / 10,
+             "mean_iteration_s": 0.2, "overlap_last5": 0.0}
+            for s, c in enumerate((4, None, 6, None))]
+    [point] = sweep.aggregate(rows, ["slope"])
+    assert point["n"] == 4 and point["converged"] == 0.5
+    assert point["converged_runs"] == 2 and point["convergence_mean"] == 5.0
+    assert point["convergence_over"] == "2 of 4 converged"
+    assert point["ratio_to_dedicated_ci_lo"] < point["ratio_to_dedicated"] \
+        < point["ratio_to_dedicated_ci_hi"]

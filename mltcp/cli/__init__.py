@@ -90,6 +90,14 @@ def _command(args: argparse.Namespace) -> str:
                                   getattr(args, "dcqcn_cmd", None))))
 
 
+def _record_command_line(argv: Sequence[str] | None) -> None:
+    """What the results' run-set manifests record as this invocation (the command as
+    typed, also when ``main`` is called with an argument list)."""
+    from mltcp.lab.common import runset  # standard library only: fine on any host
+
+    runset.COMMAND_LINE[:] = ["mltcp", *(sys.argv[1:] if argv is None else argv)]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -97,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
              else contextlib.nullcontext())
     try:
         output.check(args, _command(args))
+        _record_command_line(argv)
         with guard:
             return args.handler(args)
     except SpecError as exc:

@@ -40,6 +40,9 @@ def register(sub: Any) -> None:
     rn.add_argument("--parallel", type=args_.integer(1, 64, "2"), default=1, metavar="N",
                     help="runs at once where the backend can (1..64; ns3: one process "
                          "each; default 1)")
+    rn.add_argument("--force", action="store_true",
+                    help="replace the results of another run set in --out (default: "
+                         "refuse; adding runs to the same run set needs no flag)")
     _hosts_options(rn)
     rn.set_defaults(handler=cmd_run, teardown_signals=True)
 
@@ -53,6 +56,9 @@ def register(sub: Any) -> None:
                          "scenario's)")
     cp.add_argument("--parallel", type=args_.integer(1, 64, "2"), default=1, metavar="N",
                     help="runs at once where the backend can (1..64; ns3; default 1)")
+    cp.add_argument("--force", action="store_true",
+                    help="replace the results of another run set in --out (default: "
+                         "refuse; adding runs to the same run set needs no flag)")
     _hosts_options(cp)
     cp.set_defaults(handler=cmd_compare, teardown_signals=True)
 
@@ -80,6 +86,9 @@ def register(sub: Any) -> None:
     sw.add_argument("--f-steps", type=args_.integer(0, 1_000_000, "8"), default=None,
                     help="fluid: F re-evaluations per iteration (0..1000000, 0: only at "
                          "phase events; default 8)")
+    sw.add_argument("--force", action="store_true",
+                    help="replace the results of another run set in --out (default: "
+                         "refuse; adding runs to the same run set needs no flag)")
     sw.set_defaults(handler=cmd_sweep, teardown_signals=True)
 
     bk = sub.add_parser("backends", help="the backends scenarios can run on "
@@ -116,6 +125,9 @@ def register(sub: Any) -> None:
     dm.add_argument("--json", metavar="FILE", dest="json_file",
                     help="--live: also write the trace and the datapath samples to FILE "
                          "(default: none; not the global -j)")
+    dm.add_argument("--force", action="store_true",
+                    help="replace the results of another run set in --out (default: "
+                         "refuse; adding runs to the same run set needs no flag)")
     dm.set_defaults(handler=cmd_demo, teardown_signals=True)
 
 
@@ -147,7 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     make_out_dir(args.out)
     run_scenario(args.scenario, out_dir=args.out, schemes=args.scheme, seeds=args.seed,
                  dedicated=args.dedicated, backend=args.backend, parallel=args.parallel,
-                 backend_options=options)
+                 backend_options=options, force=args.force)
     return 0
 
 
@@ -160,11 +172,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     make_out_dir(args.out)
     print(table(run_scenario(args.scenario, out_dir=args.out, seeds=args.seed,
                              dedicated=True, backend=args.backend, parallel=args.parallel,
-                             backend_options=options)))
+                             backend_options=options, force=args.force)))
     return 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from mltcp.lab.common import runset
     from mltcp.lab.common.outdir import make_out_dir
     from mltcp.lab.scenario import sweep
 
@@ -181,6 +194,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     spec = sweep.make_spec(args.scenario, args.param, args.seeds, args.scheme,
                            backend=args.backend, backend_options=options)
     make_out_dir(args.out)
+    runset.claim(args.out, sweep.runset_of(spec), args.force)
     rows = sweep.execute(spec, dask_address=args.dask, workers=args.workers)
     path = sweep.write(spec, rows, args.out, args.format)
     print(f"{len(rows)} runs -> {path}, {Path(args.out) / 'sweep.json'} and plots")
@@ -230,6 +244,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     chosen = seeds(args.seeds, "seeds")
     if not args.live:
-        return run_compare_demo(args.out, seeds=chosen)
+        return run_compare_demo(args.out, seeds=chosen, force=args.force)
     return run_demo(cc=args.cc, iterations=args.iterations, rate_mbit=args.rate_mbit,
                     json_out=args.json_file, seed=chosen[0])

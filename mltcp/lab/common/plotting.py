@@ -65,6 +65,15 @@ def styles() -> Iterator[dict[str, Any]]:
                "marker": _MARKERS[i % len(_MARKERS)], "markerfacecolor": "none"}
 
 
+def line_style(ax: Any, style: dict[str, Any], points: int) -> dict[str, Any]:
+    """``style`` for the next line of ``points`` points on ``ax``: about 10 markers
+    along it (a marker on each of thousands of points would be a smear), each line's
+    starting further along, so that coinciding lines show every marker."""
+    step = max(1, points // 10)
+    return {**style, "markevery": ((len(ax.lines) * max(1, step // 4)) % step, step),
+            "markersize": 5}
+
+
 def ecdf(ax: Any, values: Iterable[float], label: str | None = None, **style: Any) -> None:
     """The empirical CDF of ``values`` on ``ax``, from 0 (Axes.ecdf); with a marker
     style given, about 8 markers per line, each line's starting further along, so
@@ -88,4 +97,4 @@ def with_n(label: str, n: int, what: str = "") -> str:
 def legend(ax: Any, **kwargs: Any) -> None:
     """A legend, only where some artist has a label (an empty one warns)."""
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize="small", **kwargs)
+        ax.legend(**{"fontsize": "small", **kwargs})

@@ -11,11 +11,14 @@ import datetime
 import platform
 import socket
 import subprocess
+import sys
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
 import mltcp
+from mltcp.lab.common.runset import COMMAND_LINE
 
 # The checkout this package runs from, if any: mltcp/lab/common/ -> the repository.
 _REPO_DIR = Path(__file__).resolve().parents[3]
@@ -30,6 +33,24 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+# Packages whose version changes the numbers where they were used (numba compiles the
+# fluid engine; torch runs the DDP workload and the RL scheduler's policy).  ns-3's
+# version comes with the ns-3 backend's own provenance.
+_USED_PACKAGES = ("numba", "torch", "stable_baselines3")
+
+
+def _used_versions() -> dict[str, str]:
+    """The version of each of :data:`_USED_PACKAGES` that this process imported."""
+    out = {}
+    for name in _USED_PACKAGES:
+        if name in sys.modules:
+            try:
+                out[name] = metadata.version(name.replace("_", "-"))
+            except metadata.PackageNotFoundError:
+                out[name] = getattr(sys.modules[name], "__version__", "unknown")
+    return out
+
+
 def provenance(extra: dict | None = None) -> dict:
     """Where a trace's numbers came from, so a surprising result can be traced to its build.
 
@@ -39,9 +60,12 @@ def provenance(extra: dict | None = None) -> dict:
     environment inside some other repository does not lend its SHA),
     ``git_dirty`` (uncommitted changes to tracked files; False when unknown),
     ``kernel`` (platform.release()), ``hostname``, ``python``, ``mltcp`` and
-    ``numpy`` (versions), ``time_utc`` (ISO 8601).  ``extra`` is merged last and
-    wins, e.g. a remote host's kernel or an ns-3 version.
+    ``numpy`` (versions), ``numba``/``torch``/``stable_baselines3`` (versions, where
+    this process used them), ``argv`` (the command that made the result, as the CLI
+    parsed it), ``time_utc`` (ISO 8601).  ``extra`` is merged last and wins, e.g. a
+    remote host's kernel or an ns-3 version.
     """
+
     top = _git("rev-parse", "--show-toplevel")
     in_checkout = top is not None and Path(top).resolve() == _REPO_DIR
     sha = _git("rev-parse", "HEAD") if in_checkout else None
@@ -54,6 +78,8 @@ def provenance(extra: dict | None = None) -> dict:
         "python": platform.python_version(),
         "mltcp": mltcp.__version__,
         "numpy": np.__version__,
+        **_used_versions(),
+        "argv": list(COMMAND_LINE or sys.argv),
         "time_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
     if extra:

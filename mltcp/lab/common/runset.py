@@ -40,6 +40,9 @@ from mltcp.lab.common.atomic import write_json
 MANIFEST = "runset.json"
 SCHEMA = "mltcp.runset/1"
 KINDS = ("scenario", "sweep", "cluster")
+# The command line of this invocation, as the CLI parsed it (mltcp.cli.main sets it);
+# empty when the lab is used as a library, and then sys.argv is recorded.
+COMMAND_LINE: list[str] = []
 # What the lab's commands write into an output directory: what --force removes.
 OUTPUTS = ("traces", "report.json", "summary.md", "iterations.parquet", "iterations.csv",
            "sweep.parquet", "sweep.csv", "sweep.json", "jobs.parquet", "jobs.csv",
@@ -109,7 +112,7 @@ def new(kind: str, name: str, definition: Any, backend: str,
         schemes: Mapping[str, Mapping[str, Any]] | None = None,
         seeds: Iterable[int] = (), argv: Sequence[str] | None = None) -> RunSet:
     """A run set for ``definition`` (what decides its runs) with this invocation."""
-    invocation = {"argv": list(sys.argv if argv is None else argv),
+    invocation = {"argv": list(argv if argv is not None else COMMAND_LINE or sys.argv),
                   "mltcp": mltcp.__version__,
                   "time_utc": datetime.datetime.now(datetime.UTC).isoformat(
                       timespec="seconds")}
@@ -168,12 +171,3 @@ def claim(out_dir: str | Path, runset: RunSet, force: bool = False,
     return recorded
 
 
-def update(out_dir: str | Path, **changes: Any) -> RunSet:
-    """Record ``changes`` (e.g. ``seeds=``, ``schemes=``) in ``out_dir``'s manifest."""
-    current = read(out_dir)
-    if current is None:
-        raise SpecError(str(Path(out_dir) / MANIFEST), "missing",
-                        "claim the directory first (runset.claim)")
-    recorded = RunSet(**{**current.__dict__, **changes})
-    write_json(Path(out_dir) / MANIFEST, recorded.to_dict())
-    return recorded

@@ -12,7 +12,7 @@ interval is None, and the tables print the value with "N=1".
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +54,21 @@ class Spread:
         return self.mean - self.lo, self.hi - self.mean
 
 
+def _interval(estimate: float, n: int, statistic: Callable[[np.ndarray], np.ndarray],
+              level: float, resamples: int, seed: int) -> Spread:
+    """``statistic`` of ``resamples`` index resamples (rows of a (resamples, n) array of
+    indices, drawn in blocks so memory stays bounded for any n), then the percentile
+    interval around ``estimate``."""
+    rng = np.random.default_rng(seed)
+    block = max(1, min(resamples, 4_000_000 // n))
+    values = np.concatenate([statistic(rng.integers(0, n, size=(min(block, resamples - i), n)))
+                             for i in range(0, resamples, block)])
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(values, [tail, 100 - tail])
+    # Float rounding in the resampled statistics must not put the estimate outside.
+    return Spread(n, estimate, float(min(lo, estimate)), float(max(hi, estimate)), level)
+
+
 def bootstrap(values: Iterable[float | None], level: float = LEVEL,
               resamples: int = RESAMPLES, seed: int = SEED) -> Spread:
     """The mean of ``values`` (Nones left out: a run that measured nothing is not a
@@ -62,18 +77,30 @@ def bootstrap(values: Iterable[float | None], level: float = LEVEL,
     x = np.array([v for v in values if v is not None], dtype=float)
     if x.size == 0:
         return Spread(0, None, None, None, level)
-    mean = float(x.mean())
     if x.size < 2:
-        return Spread(1, mean, None, None, level)
-    rng = np.random.default_rng(seed)
-    # Resampled in blocks, so that memory stays bounded for any N.
-    block = max(1, min(resamples, 4_000_000 // x.size))
-    means = np.concatenate([x[rng.integers(0, x.size, size=(min(block, resamples - i), x.size))]
-                            .mean(axis=1) for i in range(0, resamples, block)])
-    tail = (1 - level) / 2 * 100
-    lo, hi = np.percentile(means, [tail, 100 - tail])
-    # Float rounding in the resampled means must not put the mean outside its interval.
-    return Spread(int(x.size), mean, float(min(lo, mean)), float(max(hi, mean)), level)
+        return Spread(1, float(x.mean()), None, None, level)
+    return _interval(float(x.mean()), int(x.size), lambda pick: x[pick].mean(axis=1),
+                     level, resamples, seed)
+
+
+def bootstrap_ratio(numerators: Iterable[float], denominators: Iterable[float],
+                    level: float = LEVEL, resamples: int = RESAMPLES,
+                    seed: int = SEED) -> Spread:
+    """mean(numerators) / mean(denominators) over paired values (e.g. per seed: a
+    baseline's mean iteration time and a scheme's on the same seed), with the
+    percentile-bootstrap interval from resampling the pairs together."""
+    a = np.array(list(numerators), dtype=float)
+    b = np.array(list(denominators), dtype=float)
+    if a.shape != b.shape:
+        raise ValueError(f"{a.size} numerators for {b.size} denominators: give pairs")
+    if a.size == 0 or b.mean() == 0:
+        return Spread(int(a.size), None, None, None, level)
+    ratio = float(a.mean() / b.mean())
+    if a.size < 2:
+        return Spread(1, ratio, None, None, level)
+    return _interval(ratio, int(a.size),
+                     lambda pick: a[pick].mean(axis=1) / b[pick].mean(axis=1),
+                     level, resamples, seed)
 
 
 def fraction(successes: int, n: int) -> str:

@@ -49,7 +49,8 @@ def _require_kernel() -> None:
 
 
 def run_compare_demo(out_dir: str, seeds: tuple[int, ...] = DEFAULT_SEEDS,
-                     scenario: str = DEFAULT_SCENARIO, out: TextIO = sys.stdout) -> int:
+                     scenario: str = DEFAULT_SCENARIO, out: TextIO = sys.stdout,
+                     force: bool = False) -> int:
     """Each job alone, then the demo's schemes for every seed; the table and the spread."""
     _require_kernel()
     from mltcp.lab.scenario.report import seeds_table, table
@@ -59,10 +60,12 @@ def run_compare_demo(out_dir: str, seeds: tuple[int, ...] = DEFAULT_SEEDS,
           f"over seeds {', '.join(map(str, seeds))}, after each job alone (the baseline); "
           f"report, traces and plots go to {out_dir}/", file=out, flush=True)
     report = run_scenario(scenario, out_dir=out_dir, schemes=list(DEMO_SCHEMES),
-                          seeds=list(seeds), dedicated=True, dedicated_seeds=seeds[:1])
+                          seeds=list(seeds), dedicated=True, dedicated_seeds=seeds[:1],
+                          force=force)
     print(table(report), file=out)
-    print("\nPer seed (convergence iteration, or - if the jobs never interleaved; mean "
-          "iteration time / dedicated):", file=out)
+    print("\nPer seed (convergence iteration, or - if the jobs did not stay interleaved "
+          "to the end (first interleaved iteration); mean iteration time / dedicated):",
+          file=out)
     print(seeds_table(report), file=out)
     print("\n" + what_varies(report), file=out)
     return 0
@@ -77,11 +80,18 @@ def what_varies(report: dict) -> str:
              "or not at all, from run to run, so judge a scheme by all seeds (more: --seeds)."]
     for name, block in report["schemes"].items():
         conv = [c for c in block["convergence"]["per_seed"] if c is not None]
-        ratios = [r for r in block["ratio_to_dedicated"]["per_seed"] if r is not None]
+        first = [c for c in block["convergence"]["first_interleaved"]["per_seed"]
+                 if c is not None]
+        ratio = block["ratio_to_dedicated"]["spread"]
+        n = len(block["seeds"])
         when = f" (at iterations {min(conv)}-{max(conv)})" if conv else ""
-        spread = f", {min(ratios):.2f}-{max(ratios):.2f}x dedicated" if ratios else ""
-        lines.append(f"  {name}: interleaved in {len(conv)}/{len(block['seeds'])} seeds"
-                     f"{when}{spread}")
+        early = (f", first interleaved in {len(first)}/{n}" if len(first) != len(conv)
+                 else "")
+        spread = (f", {ratio['mean']:.2f}x dedicated (95% CI {ratio['ci_lo']:.2f}-"
+                  f"{ratio['ci_hi']:.2f})" if ratio["ci_lo"] is not None else
+                  f", {ratio['mean']:.2f}x dedicated" if ratio["mean"] is not None else "")
+        lines.append(f"  {name}: interleaved to the end in {len(conv)}/{n} seeds"
+                     f"{when}{early}{spread}")
     return "\n".join(lines)
 
 

@@ -26,12 +26,26 @@ Overlap
     no link in common never overlap.  Overlap is over all iterations (``skip``
     does not apply).
 
-Convergence iteration
-    Of job J: the first iteration index c such that overlap(J, i) < threshold
+First interleaved iteration
+    Of job J: the first iteration index c such that overlap(J, i) <= threshold
     for all i in [c, c + k) (defaults ``DEFAULT_THRESHOLD`` = 0.10,
     ``DEFAULT_K`` = 5); the k iterations must all be in the trace, so a gap in
-    the indices restarts the count.  None if never.  Scenario level: the
-    maximum over jobs, None if any job's is None.
+    the indices restarts the count.  None if never.  When the jobs first got out
+    of each other's way; they may drift back into overlap afterwards.
+
+Convergence iteration
+    Of job J: the first interleaved iteration (as above) of the run's tail in
+    which the interleaving held to the end: every record from c to the last is at
+    or under the threshold, except isolated spikes (one record above it whose
+    neighbouring records are both at or under it: a packet loss or a slow step,
+    not a drift back; never the last record).  None if never.  So a run that only
+    ends interleaved, for fewer than k iterations, has not converged, and a run
+    that interleaves and then drifts back into overlap has a first interleaved
+    iteration but converges only if it interleaves again and holds; convergence
+    is never before the first interleaving.  Isolated spikes are tolerated by the
+    first interleaving's k in a row too.
+
+    Scenario level, both: the maximum over jobs, None if any job's is None.
 
 Link utilisation
     Over a window [t0, t1): the mean of ``throughput_bps`` over the link's
@@ -234,39 +248,92 @@ def overlap_last(overlaps: Sequence[float], n: int = DEFAULT_LAST) -> float | No
     return float(np.mean(overlaps[-n:])) if len(overlaps) else None
 
 
-def first_converged(indices: Sequence[int], values: Sequence[float],
-                    threshold: float = DEFAULT_THRESHOLD, k: int = DEFAULT_K) -> int | None:
-    """First index c with values < threshold at indices c .. c+k-1, all present; else None."""
+def _tolerated(ok: Sequence[bool]) -> list[bool]:
+    """Each record at or under the threshold, or an isolated spike: one record above it
+    whose neighbours are both at or under it (never the first or the last record)."""
+    n = len(ok)
+    return [ok[i] or (0 < i < n - 1 and ok[i - 1] and ok[i + 1]) for i in range(n)]
+
+
+def _first_window(indices: Sequence[int], ok: Sequence[bool], good: Sequence[bool],
+                  k: int, start: int = 0) -> int | None:
+    """From list position ``start``: the first position p with ``ok[p]`` and k records
+    p .. p+k-1 all ``good`` and with consecutive indices; None if none."""
+    run = None                          # list position where the current run began
+    for pos in range(start, len(ok)):
+        consecutive = pos > start and indices[pos] == indices[pos - 1] + 1
+        if not good[pos] or (run is not None and not consecutive):
+            run = None
+        if good[pos] and run is None and ok[pos]:
+            run = pos
+        if run is not None and pos - run + 1 >= k:
+            return run
+    return None
+
+
+def first_interleaved(indices: Sequence[int], values: Sequence[float],
+                      threshold: float = DEFAULT_THRESHOLD, k: int = DEFAULT_K) -> int | None:
+    """First index c with values <= threshold at indices c .. c+k-1, all present
+    (isolated spikes tolerated); else None."""
     _check_threshold_k(threshold, k)
+    _check_aligned(indices, values)
+    ok = [v <= threshold for v in values]
+    pos = _first_window(indices, ok, _tolerated(ok), k)
+    return None if pos is None else int(indices[pos])
+
+
+def held_from(indices: Sequence[int], values: Sequence[float],
+              threshold: float = DEFAULT_THRESHOLD, k: int = DEFAULT_K) -> int | None:
+    """First index c from which values stay <= threshold to the end (isolated spikes
+    tolerated), starting with k present iterations in a row: the convergence
+    iteration (module docstring).  Never before :func:`first_interleaved`."""
+    _check_threshold_k(threshold, k)
+    _check_aligned(indices, values)
+    ok = [v <= threshold for v in values]
+    good = _tolerated(ok)
+    tail = len(ok)                      # where the run's good tail begins
+    while tail > 0 and good[tail - 1]:
+        tail -= 1
+    pos = _first_window(indices, ok, good, k, tail)
+    return None if pos is None else int(indices[pos])
+
+
+def _check_aligned(indices: Sequence[int], values: Sequence[float]) -> None:
     if len(indices) != len(values):
         raise SpecError("values", f"{len(values)} values for {len(indices)} indices",
                         "give one overlap per iteration index")
-    run_start: int | None = None
-    previous: int | None = None
-    for index, value in zip(indices, values, strict=True):
-        if value >= threshold or (previous is not None and index != previous + 1):
-            run_start = None
-        if value < threshold:
-            if run_start is None:
-                run_start = index
-            if index - run_start + 1 >= k:
-                return run_start
-        previous = index
-    return None
 
 
 def convergence_iteration(trace: Trace, name: str, threshold: float = DEFAULT_THRESHOLD,
                           k: int = DEFAULT_K) -> int | None:
-    """The convergence iteration of job ``name`` (see the module docstring)."""
+    """The convergence iteration of job ``name``: interleaved from there to the end."""
     indices = [r.index for r in trace.job(name).iterations]
-    return first_converged(indices, overlap(trace, name), threshold, k)
+    return held_from(indices, overlap(trace, name), threshold, k)
+
+
+def first_interleaved_iteration(trace: Trace, name: str,
+                                threshold: float = DEFAULT_THRESHOLD,
+                                k: int = DEFAULT_K) -> int | None:
+    """When job ``name`` first stayed interleaved for k iterations (it may drift back)."""
+    indices = [r.index for r in trace.job(name).iterations]
+    return first_interleaved(indices, overlap(trace, name), threshold, k)
+
+
+def _latest(per_job: Sequence[int | None]) -> int | None:
+    return None if any(c is None for c in per_job) else max(c for c in per_job if c is not None)
 
 
 def scenario_convergence(trace: Trace, threshold: float = DEFAULT_THRESHOLD,
                          k: int = DEFAULT_K) -> int | None:
     """Max over jobs of their convergence iteration; None if any job never converges."""
-    per_job = [convergence_iteration(trace, j.name, threshold, k) for j in trace.jobs]
-    return None if any(c is None for c in per_job) else max(c for c in per_job if c is not None)
+    return _latest([convergence_iteration(trace, j.name, threshold, k) for j in trace.jobs])
+
+
+def scenario_first_interleaved(trace: Trace, threshold: float = DEFAULT_THRESHOLD,
+                               k: int = DEFAULT_K) -> int | None:
+    """Max over jobs of their first interleaved iteration; None if any job never did."""
+    return _latest([first_interleaved_iteration(trace, j.name, threshold, k)
+                    for j in trace.jobs])
 
 
 # --------------------------------------------------------------------------- links
@@ -413,11 +480,13 @@ def summarize(trace: Trace, dedicated: Mapping[str, float] | None = None,
             ratio_to_dedicated    mean / dedicated_mean
             indices               iteration index of each record
             overlap               overlap per record (aligned with indices)
-            convergence_iteration
+            convergence_iteration        interleaved from there to the end of the run
+            first_interleaved_iteration  first k iterations in a row interleaved
             comm_throughput_bps   whole-run communication throughput
             retransmits, rtos     loss_counts (None where the backend did not record them)}}
         overall: {
             convergence_iteration       max over jobs (None if any is None)
+            first_interleaved_iteration max over jobs (None if any is None)
             mean_ratio_to_dedicated     mean over jobs (None unless all have one)
             jain                        over the jobs' comm_throughput_bps
             utilisation: {link: whole-run utilisation}
@@ -445,10 +514,11 @@ def summarize(trace: Trace, dedicated: Mapping[str, float] | None = None,
             "indices": [r.index for r in job.iterations],
             "overlap": overlap(trace, job.name),
             "convergence_iteration": convergence_iteration(trace, job.name, threshold, k),
+            "first_interleaved_iteration": first_interleaved_iteration(trace, job.name,
+                                                                       threshold, k),
             "comm_throughput_bps": comm_throughput_bps(job),
             **loss_counts(job),
         }
-    convergences = [j["convergence_iteration"] for j in jobs.values()]
     ratios = [j["ratio_to_dedicated"] for j in jobs.values()]
     links: dict[str, dict] = {}
     for link in trace.links:
@@ -467,8 +537,10 @@ def summarize(trace: Trace, dedicated: Mapping[str, float] | None = None,
         "settings": {"threshold": threshold, "k": k, "skip": skip},
         "jobs": jobs,
         "overall": {
-            "convergence_iteration": (None if any(c is None for c in convergences)
-                                      else max(convergences)),
+            "convergence_iteration": _latest([j["convergence_iteration"]
+                                              for j in jobs.values()]),
+            "first_interleaved_iteration": _latest([j["first_interleaved_iteration"]
+                                                    for j in jobs.values()]),
             "mean_ratio_to_dedicated": (None if any(r is None for r in ratios)
                                         else float(np.mean(ratios))),
             "jain": trace_jain(trace),

@@ -134,9 +134,11 @@ class RunPlan:
         return named(self.jobs, name, "job", "job")
 
     def trace_params(self) -> dict[str, Any]:
-        """What a trace records of how it was run: the scheme, the job run alone, and
-        the centralized schedule's shifts where there are any."""
-        params = {**self.scheme.to_dict(), "only_job": self.only_job}
+        """What a trace records of how it was run: the scheme as run (its fields, the
+        effective F, standard F = 1 included, and the congestion-control module), the
+        job run alone, and the centralized schedule's shifts where there are any.  A
+        report rebuilds the scheme from these (:func:`mltcp.lab.scenario.spec.scheme_of`)."""
+        params = {**self.scheme.to_dict(), **self.scheme.as_run(), "only_job": self.only_job}
         if self.shifts_ms:
             params["shifts_ms"] = self.shifts_ms
         return params

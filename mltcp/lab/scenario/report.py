@@ -1,51 +1,88 @@
 """Turn a run directory (traces/ written by mltcp.lab.scenario.runner) into the comparable report.
 
-Writes, next to the traces:
-    report.json   stable schema "mltcp.report/1" (below), with provenance
-    summary.md    the side-by-side table
-    timeline.png  communication phases per job over time, one panel per scheme (first seed)
-    overlap.png   overlap vs iteration per scheme (mean over jobs and seeds)
-    cdf.png       iteration-time CDF per scheme (all jobs and seeds pooled)
-    cwnd.png      congestion windows per connection over time, one panel per scheme
-                  (first seed), where the traces record them (ns-3)
+Writes, next to the traces (each file atomically):
+    report.json       stable schema "mltcp.report/2" (below), with provenance and run set
+    summary.md        the side-by-side table, every figure with N and its 95 % CI
+    iterations.parquet  the tidy per-iteration table (.csv without pyarrow; tidy.py)
+    timeline, overlap, cdf, cwnd (.png and .pdf): mltcp.lab.scenario.report_plots
 
 report.json:
-    schema, scenario (dict), provenance (of the first trace), settings {threshold, k},
+    schema, scenario (name), runset (runset.json's record, null without one),
+    provenance (of the first trace), settings {threshold, k, confidence},
     dedicated_means {job: seconds} (null without a dedicated baseline),
-    schemes {name: {seeds, convergence {per_seed, converged_runs, median},
-                    ratio_to_dedicated {per_seed, mean}, iteration_time {mean, p50, p99},
-                    overlap_last {mean}, utilisation {mean}, drops, ecn_marks (null where a
-                    link has no sample to count from),
-                    retransmits_per_iteration, rtos (null where not recorded),
-                    speedup {baseline, mean, p99} | null,
-                    speedup_vs_standard {standard scheme: {mean, p99} | null} | null}},
+    schemes {name: {
+        scheme          the scheme as run (its fields, effective F, congestion_control),
+                        rebuilt from the traces (mltcp.lab.scenario.spec.scheme_of)
+        n, seeds        runs of the scheme and their seeds
+        convergence {per_seed, converged_runs, median,
+                     first_interleaved {per_seed, runs, median}}
+        ratio_to_dedicated {per_seed, mean, spread}
+        iteration_time {mean, p50, p99 (all iterations pooled), per_seed_mean,
+                        per_seed_p99, mean_spread, p99_spread,
+                        p99_after_convergence (pooled, converged runs only),
+                        after_convergence_spread (per converged run),
+                        p99_second_half, second_half_spread}
+        overlap_last {mean, spread}, utilisation {mean, spread},
+        drops, ecn_marks (null where a link has no sample to count from),
+        retransmits_per_iteration, rtos (null where not recorded),
+        speedup {baseline, n, mean, mean_ci, p99, p99_ci} | null,
+        speedup_vs_standard {standard scheme: {n, mean, mean_ci, p99, p99_ci} | null} | null}},
     runs {"<scheme>/seed<N>": mltcp.lab.scenario.metrics.summarize(...)}
+
+A ``spread`` is :class:`mltcp.lab.common.stats.Spread`'s ``{n, mean, ci_lo, ci_hi, level}``
+over the scheme's runs (one value per run); intervals are None with one run.
 Speed-ups compare each MLTCP scheme with the standard scheme of the same congestion
-control (else the first standard scheme): baseline mean (or p99) iteration time over
-the scheme's, so > 1 means faster.  ``speedup_vs_standard`` gives the same ratios
-against every standard scheme of the scenario (e.g. MLTCP-Reno over standard cubic).
+control (else the first standard scheme), over the seeds both ran: the mean over seeds
+of the baseline's per-run mean (or p99) iteration time over the scheme's, so > 1 means
+faster, with a paired bootstrap interval.  ``speedup_vs_standard`` gives the same
+ratios against every standard scheme of the scenario (e.g. MLTCP-Reno over standard
+cubic).
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from mltcp.lab.scenario import metrics
+from mltcp.core.errors import SpecError
+from mltcp.lab.common import runset, stats
+from mltcp.lab.common.atomic import write_json, write_text
+from mltcp.lab.scenario import metrics, report_plots, tidy
+from mltcp.lab.scenario.spec import Scheme, scheme_of
 from mltcp.lab.scenario.trace import Trace, load_trace
 
-SCHEMA = "mltcp.report/1"
+SCHEMA = "mltcp.report/2"
+FIGURES = ("timeline", "overlap", "cdf")
 
 
-def _load(out: Path) -> tuple[list[Trace], list[Trace]]:
-    runs, dedicated = [], []
-    for path in sorted((out / "traces").glob("*.json")):
+def _load(out: Path) -> tuple[list[Trace], list[Trace], dict[str, Scheme]]:
+    """The runs, the dedicated runs and each scheme as run, from ``out/traces``; a
+    damaged trace, or traces of several scenarios or backends (no report can compare
+    them), is a one-line error naming the file."""
+    runs, dedicated, schemes = [], [], {}
+    first: tuple[Path, Trace] | None = None
+    # Hidden files are a killed writer's temporary names (mltcp.lab.common.atomic).
+    for path in sorted(p for p in (out / "traces").glob("*.json") if not p.name.startswith(".")):
         trace = load_trace(path)
+        first = first or (path, trace)
+        for attr in ("scenario", "backend"):
+            if getattr(trace, attr) != getattr(first[1], attr):
+                raise SpecError(str(path), f"is a run of {attr} {getattr(trace, attr)!r}, "
+                                f"{first[0].name} of {getattr(first[1], attr)!r}",
+                                "keep one run set per directory (runset.json): move one out")
+        scheme = scheme_of(trace.params, f"{path}: params")
+        if trace.scheme != scheme.name:
+            raise SpecError(f"{path}: scheme", f"{trace.scheme!r} but its params name "
+                            f"{scheme.name!r}", "rerun it: the trace was edited")
+        if trace.scheme != "dedicated" and schemes.setdefault(trace.scheme, scheme) != scheme:
+            raise SpecError(str(path), f"ran scheme {trace.scheme!r} as {scheme.as_run()}, "
+                            f"other traces as {schemes[trace.scheme].as_run()}",
+                            "keep one run set per directory (runset.json): move one out")
         (dedicated if trace.scheme == "dedicated" else runs).append(trace)
-    return runs, dedicated
+    return runs, dedicated, schemes
 
 
 def _dedicated_means(traces: list[Trace]) -> dict[str, float]:
@@ -60,7 +97,8 @@ def _dedicated_means(traces: list[Trace]) -> dict[str, float]:
     return {job: statistics.fmean(values) for job, values in means.items()}
 
 
-def _pooled_times(traces: list[Trace]) -> np.ndarray:
+def pooled_times(traces: list[Trace]) -> np.ndarray:
+    """Every iteration time of every job of ``traces``, seconds."""
     parts = [job.iteration_times() for t in traces for job in t.jobs]
     return np.concatenate(parts) if parts else np.array([])
 
@@ -72,37 +110,64 @@ def _times_from(trace: Trace, first: int) -> np.ndarray:
     return np.concatenate(parts) if parts else np.array([])
 
 
-def _p99(times: list[np.ndarray]) -> float | None:
-    pooled = np.concatenate(times) if times else np.array([])
-    return float(np.percentile(pooled, 99)) if pooled.size else None
+def _p99(times: np.ndarray) -> float | None:
+    return float(np.percentile(times, 99, method=metrics.PERCENTILE_METHOD)) if times.size \
+        else None
 
 
-def _scheme_block(traces: list[Trace], summaries: list[dict]) -> dict:
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+def _median(values: list[int | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _scheme_block(scheme: Scheme, traces: list[Trace], summaries: list[dict]) -> dict:
     conv = [s["overall"]["convergence_iteration"] for s in summaries]
-    converged = [c for c in conv if c is not None]
+    first = [s["overall"]["first_interleaved_iteration"] for s in summaries]
     ratios = [s["overall"]["mean_ratio_to_dedicated"] for s in summaries]
-    times = _pooled_times(traces)
-    last = [metrics.overlap_last(j["overlap"]) for s in summaries for j in s["jobs"].values()
-            if j["overlap"]]
-    util = [u for s in summaries for u in s["overall"]["utilisation"].values() if u is not None]
+    per_run = [pooled_times([t]) for t in traces]
+    per_mean = [float(x.mean()) if x.size else None for x in per_run]
+    per_p99 = [_p99(x) for x in per_run]
     # The steady state: after each run's convergence (converged runs only), and, for
     # every run alike, the second half of its iterations.
     after = [_times_from(t, c) for t, c in zip(traces, conv, strict=True) if c is not None]
     halves = [_times_from(t, max(len(j.iterations) for j in t.jobs) // 2) for t in traces]
+    last = [_mean([metrics.overlap_last(j["overlap"]) for j in s["jobs"].values()
+                   if j["overlap"]]) for s in summaries]
+    util = [_mean([u for u in s["overall"]["utilisation"].values() if u is not None])
+            for s in summaries]
+    times = np.concatenate(per_run) if per_run else np.array([])
     return {
+        "scheme": {**scheme.to_dict(), **scheme.as_run()},
+        "n": len(traces),
         "seeds": [t.seed for t in traces],
-        "convergence": {"per_seed": conv, "converged_runs": len(converged),
-                        "median": statistics.median(converged) if converged else None},
+        "convergence": {"per_seed": conv, "converged_runs": sum(c is not None for c in conv),
+                        "median": _median(conv),
+                        "first_interleaved": {"per_seed": first,
+                                              "runs": sum(c is not None for c in first),
+                                              "median": _median(first)}},
         "ratio_to_dedicated": {"per_seed": ratios,
                                "mean": (statistics.fmean(ratios)
-                                        if ratios and None not in ratios else None)},
-        "iteration_time": {"mean": float(times.mean()) if times.size else None,
-                           "p50": float(np.percentile(times, 50)) if times.size else None,
-                           "p99": _p99([times]),
-                           "p99_after_convergence": _p99(after),
-                           "p99_second_half": _p99(halves)},
-        "overlap_last": {"mean": float(np.mean(last)) if last else None},
-        "utilisation": {"mean": float(np.mean(util)) if util else None},
+                                        if ratios and None not in ratios else None),
+                               "spread": stats.bootstrap(ratios).to_dict()},
+        "iteration_time": {
+            "mean": float(times.mean()) if times.size else None,
+            "p50": float(np.percentile(times, 50)) if times.size else None,
+            "p99": _p99(times),
+            "per_seed_mean": per_mean, "per_seed_p99": per_p99,
+            "mean_spread": stats.bootstrap(per_mean).to_dict(),
+            "p99_spread": stats.bootstrap(per_p99).to_dict(),
+            "p99_after_convergence": _p99(np.concatenate(after)) if after else None,
+            "after_convergence_spread": stats.bootstrap(_p99(x) for x in after).to_dict(),
+            "p99_second_half": _p99(np.concatenate(halves)) if halves else None,
+            "second_half_spread": stats.bootstrap(_p99(x) for x in halves).to_dict()},
+        "overlap_last": {"mean": _mean([v for v in last if v is not None]),
+                         "spread": stats.bootstrap(last).to_dict()},
+        "utilisation": {"mean": _mean([v for v in util if v is not None]),
+                        "spread": stats.bootstrap(util).to_dict()},
         "drops": _counter_total(summaries, "drops"),
         "ecn_marks": _counter_total(summaries, "ecn_marks"),
         **_losses(summaries),
@@ -127,31 +192,41 @@ def _losses(summaries: list[dict]) -> dict[str, float | int | None]:
             "rtos": sum(j["rtos"] for j in jobs)}
 
 
-def _speedup(base: dict, block: dict) -> dict[str, float] | None:
-    """Baseline over scheme iteration time, mean and p99 (> 1: the scheme is faster)."""
-    b, m = base["iteration_time"], block["iteration_time"]
-    if not (b["mean"] and m["mean"] and b["p99"] and m["p99"]):
-        return None
-    return {"mean": b["mean"] / m["mean"], "p99": b["p99"] / m["p99"]}
+def _speedup(base: dict, block: dict) -> dict[str, Any] | None:
+    """Baseline over scheme iteration time (> 1: the scheme is faster), mean and p99,
+    over the seeds both ran, each with its paired bootstrap interval."""
+    def by_seed(b: dict, key: str) -> dict[int, float]:
+        return {s: v for s, v in zip(b["seeds"], b["iteration_time"][key], strict=True)
+                if v is not None}
+
+    out: dict[str, Any] = {}
+    for key, name in (("per_seed_mean", "mean"), ("per_seed_p99", "p99")):
+        mine, theirs = by_seed(block, key), by_seed(base, key)
+        seeds = sorted(set(mine) & set(theirs))
+        spread = stats.bootstrap_ratio([theirs[s] for s in seeds], [mine[s] for s in seeds])
+        if spread.mean is None:
+            return None
+        out.update({"n": spread.n, name: spread.mean,
+                    f"{name}_ci": None if spread.lo is None else [spread.lo, spread.hi]})
+    return out
 
 
-def _baseline(name: str, params: dict[str, dict]) -> str | None:
+def _baseline(name: str, schemes: dict[str, Scheme]) -> str | None:
     """The standard scheme an MLTCP scheme is measured against: the same congestion
     control without MLTCP and without a centralized schedule (Cassini is a rival, not
     the baseline)."""
-    mine = params[name]
-    if not mine.get("mltcp"):
+    mine = schemes[name]
+    if not mine.mltcp:
         return None
-    standard = [n for n, p in params.items()
-                if not p.get("mltcp") and p.get("schedule", "none") == "none"]
-    same_cc = [n for n in standard if params[n].get("cc") == mine.get("cc")]
+    standard = [n for n, s in schemes.items() if not s.mltcp and s.schedule == "none"]
+    same_cc = [n for n in standard if schemes[n].cc == mine.cc]
     return (same_cc or standard or [None])[0]
 
 
 def build_report(out_dir: str | Path, threshold: float = metrics.DEFAULT_THRESHOLD,
                  k: int = metrics.DEFAULT_K) -> dict:
     out = Path(out_dir)
-    runs, dedicated = _load(out)
+    runs, dedicated, schemes_run = _load(out)
     if not runs:
         raise FileNotFoundError(f"no traces in {out / 'traces'}: run `mltcp run` first")
     dedicated_means = _dedicated_means(dedicated) if dedicated else None
@@ -160,26 +235,35 @@ def build_report(out_dir: str | Path, threshold: float = metrics.DEFAULT_THRESHO
         by_scheme.setdefault(t.scheme, []).append(t)
     summaries = {f"{t.scheme}/seed{t.seed}": metrics.summarize(t, dedicated_means, threshold, k)
                  for t in runs}
-    params = {name: ts[0].params for name, ts in by_scheme.items()}
-    schemes = {name: _scheme_block(ts, [summaries[f"{name}/seed{t.seed}"] for t in ts])
+    schemes = {name: _scheme_block(schemes_run[name], ts,
+                                   [summaries[f"{name}/seed{t.seed}"] for t in ts])
                for name, ts in by_scheme.items()}
-    standard = [n for n, p in params.items() if not p.get("mltcp")]
+    standard = [n for n in by_scheme if not schemes_run[n].mltcp]
     for name, block in schemes.items():
-        base = _baseline(name, params)
+        base = _baseline(name, {n: schemes_run[n] for n in by_scheme})
         versus_base = _speedup(schemes[base], block) if base else None
         block["speedup"] = {"baseline": base, **versus_base} if versus_base else None
         block["speedup_vs_standard"] = (
             {std: _speedup(schemes[std], block) for std in standard}
-            if params[name].get("mltcp") else None)
+            if schemes_run[name].mltcp else None)
+    recorded = runset.read(out)
     report = {
-        "schema": SCHEMA, "scenario": runs[0].scenario, "provenance": runs[0].provenance,
-        "settings": {"threshold": threshold, "k": k}, "dedicated_means": dedicated_means,
+        "schema": SCHEMA, "scenario": runs[0].scenario,
+        "runset": recorded.to_dict() if recorded else None,
+        "provenance": runs[0].provenance,
+        "settings": {"threshold": threshold, "k": k, "confidence": stats.LEVEL,
+                     "bootstrap_resamples": stats.RESAMPLES},
+        "dedicated_means": dedicated_means,
         "schemes": schemes, "runs": summaries,
     }
-    (out / "report.json").write_text(json.dumps(report, indent=2))
-    _plots(out, by_scheme, summaries)
-    (out / "summary.md").write_text(markdown(report, cwnd=(out / "cwnd.png").exists()))
+    write_json(out / "report.json", report)
+    table_path = tidy.write_iterations(out, runs + dedicated, summaries)
+    figures = report_plots.draw(out, by_scheme, summaries, threshold)
+    write_text(out / "summary.md", markdown(report, figures, table_path.name))
     return report
+
+
+# --------------------------------------------------------------------------- tables
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -190,43 +274,78 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f} s"
 
 
+def _ci(spread: dict, spec: str, unit: str = "") -> str:
+    """``"1.05 [1.02-1.08]"``; the bare value where there is no interval (N = 1)."""
+    if spread["mean"] is None:
+        return "-"
+    value = f"{format(spread['mean'], spec)}{unit}"
+    if spread["ci_lo"] is None:
+        return value
+    return f"{value} [{format(spread['ci_lo'], spec)}-{format(spread['ci_hi'], spec)}]"
+
+
+def _speed(sp: dict | None) -> str:
+    if not sp:
+        return "-"
+    parts = []
+    for name in ("mean", "p99"):
+        ci = sp[f"{name}_ci"]
+        parts.append(f"{sp[name]:.2f}x" + (f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else ""))
+    return " / ".join(parts)
+
+
 def table(report: dict) -> str:
-    head = ("| scheme | converged | conv. iteration (median) | iteration / dedicated | "
-            "mean iteration | p99 iteration | p99 after conv. | p99 2nd half | "
-            "overlap (last 5) | speed-up mean / p99 |")
-    lines = [head, "|" + "---|" * 10]
+    """One row per scheme: every figure over its runs with N and its 95 % interval; a
+    figure over converged runs only says how many of the N."""
+    head = ("| scheme | N | converged (held to the end) | first interleaved | "
+            "conv. iteration (median) | iteration / dedicated | mean iteration | "
+            "p99 iteration | p99 after conv. | p99 2nd half | overlap (last 5) | "
+            "speed-up mean / p99 |")
+    lines = [head, "|" + "---|" * 12]
     for name, s in report["schemes"].items():
-        sp = s["speedup"]
-        speed = f"{sp['mean']:.2f}x / {sp['p99']:.2f}x vs {sp['baseline']}" if sp else "-"
+        n, conv, it = s["n"], s["convergence"], s["iteration_time"]
+        converged = conv["converged_runs"]
+        only = f" ({stats.fraction(converged, n)} converged)" if converged else ""
+        speed = _speed(s["speedup"])
+        if s["speedup"]:
+            speed += f" vs {s['speedup']['baseline']}"
         lines.append(
-            f"| {name} | {s['convergence']['converged_runs']}/{len(s['seeds'])} | "
-            f"{_fmt(s['convergence']['median'], 'g')} | "
-            f"{_fmt(s['ratio_to_dedicated']['mean'], '.2f')} | "
-            f"{_seconds(s['iteration_time']['mean'])} | "
-            f"{_seconds(s['iteration_time']['p99'])} | "
-            f"{_seconds(s['iteration_time'].get('p99_after_convergence'))} | "
-            f"{_seconds(s['iteration_time'].get('p99_second_half'))} | "
-            f"{_fmt(s['overlap_last']['mean'], '.0%')} | {speed} |")
+            f"| {name} | {n} | {converged}/{n} | {conv['first_interleaved']['runs']}/{n} | "
+            f"{_fmt(conv['median'], 'g')}{only if conv['median'] is not None else ''} | "
+            f"{_ci(s['ratio_to_dedicated']['spread'], '.2f')} | "
+            f"{_ci(it['mean_spread'], '.3f', ' s')} | {_ci(it['p99_spread'], '.3f', ' s')} | "
+            f"{_ci(it['after_convergence_spread'], '.3f', ' s')}"
+            f"{f' ({stats.fraction(converged, n)})' if converged else ''} | "
+            f"{_ci(it['second_half_spread'], '.3f', ' s')} | "
+            f"{_ci(_percent(s['overlap_last']['spread']), '.0f', '%')} | {speed} |")
     return "\n".join(lines)
 
 
+def _percent(spread: dict) -> dict:
+    return {k: (v * 100 if k in ("mean", "ci_lo", "ci_hi") and v is not None else v)
+            for k, v in spread.items()}
+
+
 def seeds_table(report: dict) -> str:
-    """Every scheme's result per seed: the convergence iteration (- if its jobs never
-    interleaved) and the mean iteration time over the dedicated one.  A single seed can
-    mislead (a standard scheme may interleave by chance); this shows the spread."""
+    """Every scheme's result per seed: the convergence iteration (- if its jobs did not
+    stay interleaved to the end), the first interleaved iteration, and the mean
+    iteration time over the dedicated one.  A single seed can mislead (a standard
+    scheme may interleave by chance); this shows the spread."""
     seeds = sorted({s for block in report["schemes"].values() for s in block["seeds"]})
-    lines = ["| scheme | " + " | ".join(f"seed {s}" for s in seeds) + " | spread of ratio |",
+    lines = ["| scheme | " + " | ".join(f"seed {s}" for s in seeds) + " | range of ratio |",
              "|---|" + "---|" * (len(seeds) + 1)]
     for name, block in report["schemes"].items():
-        by_seed = dict(zip(block["seeds"], zip(block["convergence"]["per_seed"],
+        conv = block["convergence"]
+        by_seed = dict(zip(block["seeds"], zip(conv["per_seed"],
+                                               conv["first_interleaved"]["per_seed"],
                                                block["ratio_to_dedicated"]["per_seed"],
                                                strict=True), strict=True))
         cells = []
         for seed in seeds:
-            conv, ratio = by_seed.get(seed, (None, None))
+            held, first, ratio = by_seed.get(seed, (None, None, None))
             cells.append("" if seed not in by_seed else
-                         f"{_fmt(conv, 'g')} / {_fmt(ratio, '.2f')}")
-        ratios = [r for _, r in by_seed.values() if r is not None]
+                         f"{_fmt(held, 'g')} ({_fmt(first, 'g')}) / {_fmt(ratio, '.2f')}")
+        ratios = [r for _, _, r in by_seed.values() if r is not None]
         spread = f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else "-"
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {spread} |")
     return "\n".join(lines)
@@ -240,106 +359,47 @@ def _speedup_lines(report: dict) -> list[str]:
         return []
     standard = sorted({std for v in mltcp_schemes.values() for std in v})
     lines = ["Speed-up over each non-MLTCP scheme, standard or centrally scheduled "
-             "(mean / p99 iteration time):", "",
+             "(mean / p99 iteration time, over the seeds both ran, 95 % CI):", "",
              "| scheme | " + " | ".join(f"vs {std}" for std in standard) + " |",
              "|---|" + "---|" * len(standard)]
     for name, versus in mltcp_schemes.items():
-        cells = [f"{versus[std]['mean']:.2f}x / {versus[std]['p99']:.2f}x" if versus.get(std)
-                 else "-" for std in standard]
+        cells = [_speed(versus.get(std)) for std in standard]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 
-def markdown(report: dict, cwnd: bool = False) -> str:
+def _runset_line(report: dict) -> str:
+    rs = report.get("runset")
+    if not rs:
+        return "Run set: not recorded (no runset.json)."
+    last = rs["invocations"][-1] if rs["invocations"] else {}
+    return (f"Run set: {rs['kind']} {rs['name']} (digest {rs['digest']}), backend "
+            f"{rs['backend']}, seeds {', '.join(map(str, rs['seeds']))}; "
+            f"{len(rs['invocations'])} invocation(s), last `{' '.join(last.get('argv', []))}`.")
+
+
+def markdown(report: dict, figures: list[str], table_file: str) -> str:
     prov = report["provenance"]
     ded = report["dedicated_means"]
     ded_text = (", ".join(f"{j} {v:.3f} s" for j, v in ded.items()) if ded
                 else "not measured (run with --dedicated)")
+    settings = report["settings"]
     return "\n".join([
         f"# {report['scenario']}", "",
-        f"Converged = overlap below {report['settings']['threshold']:.0%} for "
-        f"{report['settings']['k']} consecutive iterations. Dedicated-link iteration "
-        f"times: {ded_text}.", "",
+        f"N = runs (seeds) of each scheme; [lo-hi] = the {settings['confidence']:.0%} "
+        f"bootstrap confidence interval of the mean over the runs "
+        f"({settings['bootstrap_resamples']:,} resamples, seeded; none with N = 1). "
+        f"Converged = overlap at or under {settings['threshold']:.0%} from that iteration "
+        f"to the end of the run (isolated one-iteration spikes tolerated), starting with "
+        f"{settings['k']} in a row; first interleaved = the first {settings['k']} in a row, "
+        f"whether or not it held. Dedicated-link iteration times: {ded_text}.", "",
         table(report), "",
-        "Per seed: convergence iteration / iteration time over dedicated:", "",
+        "Per seed: convergence iteration (first interleaved) / iteration time over "
+        "dedicated:", "",
         seeds_table(report), "",
         *_speedup_lines(report),
+        _runset_line(report), "",
         f"git {prov.get('git_sha', '?')[:12]}{' (dirty)' if prov.get('git_dirty') else ''}, "
-        f"kernel {prov.get('kernel', '?')}, {prov.get('time_utc', '')}", "",
-        "![timeline](timeline.png) ![overlap](overlap.png) ![cdf](cdf.png)"
-        + (" ![cwnd](cwnd.png)" if cwnd else ""), ""])
-
-
-def _plots(out: Path, by_scheme: dict[str, list[Trace]], summaries: dict[str, dict]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = list(by_scheme)
-    fig, axes = plt.subplots(len(names), 1, figsize=(10, 1.2 + 1.1 * len(names)),
-                             squeeze=False, sharex=True)
-    for ax, name in zip(axes[:, 0], names, strict=True):
-        trace = sorted(by_scheme[name], key=lambda t: t.seed)[0]
-        for row, job in enumerate(trace.jobs):
-            spans = [(s, e - s) for s, e in job.comm_intervals()]
-            ax.broken_barh(spans, (row - 0.4, 0.8), color=f"C{row}")
-        ax.set_yticks(range(len(trace.jobs)), [j.name for j in trace.jobs])
-        ax.set_title(f"{name} (seed {trace.seed}): communication phases", fontsize=9)
-    axes[-1, 0].set_xlabel("time (s)")
-    fig.tight_layout()
-    fig.savefig(out / "timeline.png", dpi=110)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    for name in names:
-        curves = [j["overlap"] for key, s in summaries.items() if key.startswith(f"{name}/")
-                  for j in s["jobs"].values()]
-        n = min(len(c) for c in curves)
-        ax.plot(range(n), np.mean([c[:n] for c in curves], axis=0), label=name)
-    ax.axhline(metrics.DEFAULT_THRESHOLD, color="k", lw=0.7, ls="--")
-    _finish(fig, ax, "iteration", "overlap (mean over jobs, seeds)", out / "overlap.png")
-
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    for name in names:
-        times = np.sort(_pooled_times(by_scheme[name]))
-        if times.size:
-            ax.plot(times, np.arange(1, times.size + 1) / times.size, label=name)
-    _finish(fig, ax, "iteration time (s)", "CDF", out / "cdf.png")
-    _cwnd_plot(out, by_scheme)
-
-
-def _cwnd_plot(out: Path, by_scheme: dict[str, list[Trace]]) -> None:
-    """What each connection's congestion control did: where MLTCP's F shows directly."""
-    import matplotlib.pyplot as plt
-
-    firsts = {name: min(traces, key=lambda t: t.seed) for name, traces in by_scheme.items()}
-    firsts = {name: t for name, t in firsts.items() if t.flows}
-    if not firsts:
-        (out / "cwnd.png").unlink(missing_ok=True)     # not a stale one from an earlier run
-        return
-    fig, axes = plt.subplots(len(firsts), 1, figsize=(10, 1.4 + 1.6 * len(firsts)),
-                             squeeze=False, sharex=True)
-    for ax, (name, trace) in zip(axes[:, 0], firsts.items(), strict=True):
-        jobs = [j.name for j in trace.jobs]
-        for flow in trace.flows:
-            ax.plot([s.t for s in flow.samples], [s.cwnd_bytes / 1e3 for s in flow.samples],
-                    lw=0.7, color=f"C{jobs.index(flow.job)}", label=flow.id)
-        ax.set_ylabel("cwnd (KB)")
-        ax.set_title(f"{name} (seed {trace.seed}): congestion windows", fontsize=9)
-        ax.legend(fontsize=6, ncol=4, loc="upper right")
-    axes[-1, 0].set_xlabel("time (s)")
-    fig.tight_layout()
-    fig.savefig(out / "cwnd.png", dpi=110)
-    plt.close(fig)
-
-
-def _finish(fig, ax, xlabel: str, ylabel: str, path: Path) -> None:  # type: ignore[no-untyped-def]
-    import matplotlib.pyplot as plt
-
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        f"kernel {prov.get('kernel', '?')}, {prov.get('time_utc', '')}. Every iteration: "
+        f"[{table_file}]({table_file}).", "",
+        " ".join(f"![{name}]({name}.png)" for name in figures), ""])

@@ -10,7 +10,9 @@ registry for one and decides by its capabilities.
 Output directory layout (stable):
     traces/<scheme>-seed<N>.json             one common trace per run (mltcp.lab.scenario.trace)
     traces/dedicated-<job>-seed<N>.json      each job alone (the dedicated baseline)
-    report.json, summary.md, *.png           mltcp.lab.scenario.report
+    runset.json                              which run set the directory holds
+                                             (mltcp.lab.common.runset)
+    report.json, summary.md, iterations.*, *.png, *.pdf   mltcp.lab.scenario.report
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 from mltcp.core import validate
 from mltcp.core.errors import SpecError
+from mltcp.lab.common import runset
 from mltcp.lab.scenario import backends, schedule
 from mltcp.lab.scenario.backends.base import Backend, Progress
 from mltcp.lab.scenario.plan import RunPlan, resolve
@@ -70,11 +73,14 @@ def backend_for(name: str, parallel: int = 1,
 
 
 def run_plans(backend: Backend, plans: Sequence[RunPlan], out_dir: str | Path,
-              parallel: int = 1, progress: Progress | None = live_progress) -> None:
-    """Check every plan, run them, and save each trace as ``traces/<stem>.json`` as soon
-    as it completes (a long run interrupted keeps what finished)."""
-    for plan in plans:
-        backend.check(plan)
+              parallel: int = 1, progress: Progress | None = live_progress,
+              checked: bool = False) -> None:
+    """Check every plan (unless ``checked`` already), run them, and save each trace as
+    ``traces/<stem>.json`` as soon as it completes (a long run interrupted keeps what
+    finished; each trace is written whole or not at all)."""
+    if not checked:
+        for plan in plans:
+            backend.check(plan)
     out = Path(out_dir)
     (out / "traces").mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -106,24 +112,37 @@ def run_one(backend: str, scenario: Scenario, scheme: Scheme, seed: int,
     return traces_of(backend, [plan], **options)[0]
 
 
+def scenario_runset(scenario: Scenario, backend: str, schemes: Sequence[Scheme],
+                    seeds: Sequence[int]) -> runset.RunSet:
+    """The run set of a scenario's runs: identified by the whole scenario (every scheme
+    of it, so running its schemes one at a time adds to one run set) and the backend;
+    holding the schemes run, as run, and the seeds."""
+    return runset.new("scenario", scenario.name, scenario.to_dict(), backend,
+                      {s.name: {**s.to_dict(), **s.as_run()} for s in schemes}, seeds)
+
+
 def run_scenario(scenario_ref: str, out_dir: str | Path, schemes: Sequence[str] | None = None,
                  seeds: Sequence[int] | None = None, dedicated: bool = False,
                  backend: str = "netns", parallel: int = 1,
                  backend_options: Mapping[str, Any] | None = None,
-                 dedicated_seeds: Sequence[int] | None = None) -> dict:
-    """Run, save every trace as it completes, and build the report; returns report.json.
+                 dedicated_seeds: Sequence[int] | None = None, force: bool = False) -> dict:
+    """Check every run, claim ``out_dir`` for the run set (another run set there is
+    refused unless ``force``: mltcp.lab.common.runset), run, save every trace as it
+    completes, and build the report; returns report.json.
 
     ``parallel`` runs that many at once where the backend can (ns-3: one process each);
     ``backend_options`` go to the backend's constructor (e.g. the models' options)."""
     from mltcp.lab.scenario.report import build_report
 
     engine = backend_for(backend, parallel, backend_options)
-    scenario = load_scenario(scenario_ref)
-    if schemes:
-        scenario = scenario.with_schemes(schemes)
-    plans = plan_runs(scenario, list(seeds) if seeds else list(scenario.seeds), dedicated,
-                      dedicated_seeds)
-    run_plans(engine, plans, out_dir, parallel)
+    whole = load_scenario(scenario_ref)
+    scenario = whole.with_schemes(schemes) if schemes else whole
+    chosen = list(seeds) if seeds else list(scenario.seeds)
+    plans = plan_runs(scenario, chosen, dedicated, dedicated_seeds)
+    for plan in plans:
+        engine.check(plan)
+    runset.claim(out_dir, scenario_runset(whole, backend, scenario.schemes, chosen), force)
+    run_plans(engine, plans, out_dir, parallel, checked=True)
     report = build_report(out_dir)
     print(f"wrote {out_dir}/report.json, summary.md and plots", file=sys.stderr)
     return report

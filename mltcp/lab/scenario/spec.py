@@ -406,6 +406,13 @@ class Scheme:
         """The kernel congestion-control name: "mltcp_cubic", or plain "cubic"."""
         return f"mltcp_{self.cc}" if self.mltcp else self.cc
 
+    def as_run(self) -> dict[str, Any]:
+        """What ran, spelt out for a trace: the effective F (1 + 0 r for a standard
+        scheme) and the kernel congestion-control module."""
+        f = self.aggressiveness
+        return {"f": {"slope": f.slope, "intercept": f.intercept, "cap": f.cap},
+                "congestion_control": self.module_name}
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "cc": self.cc, "mltcp": self.mltcp}
         if self.mltcp:
@@ -421,6 +428,29 @@ class Scheme:
 
 # The dedicated-link baseline: each job alone, under standard cubic.
 DEDICATED = Scheme(name="dedicated", cc="cubic", mltcp=False)
+
+
+def scheme_of(params: Mapping[str, Any], where: str = "params") -> Scheme:
+    """The :class:`Scheme` a trace ran, rebuilt from its ``params`` by the scenario
+    file's own rules (so a trace cannot name a scheme a scenario could not), and
+    checked against the F and module the trace says ran (where it says so: traces
+    written before they did carry only the scheme's fields)."""
+    if not isinstance(params, Mapping):
+        raise SpecError(where, f"{type(params).__name__} is not a mapping",
+                        "give the params of a trace written by mltcp")
+    fields = {k: params[k] for k in _SCHEME_KEYS if k in params}
+    if fields.get("name") == DEDICATED.name:
+        scheme = dataclasses.replace(DEDICATED, cc=fields.get("cc", DEDICATED.cc))
+    else:
+        with _under(where):
+            scheme = _parse_scheme(fields, 0)
+    ran = scheme.as_run()
+    for key in ("f", "congestion_control"):
+        if key in params and params[key] != ran[key]:
+            raise SpecError(f"{where}.{key}", f"{params[key]!r} is not what scheme "
+                            f"{scheme.name!r} runs ({ran[key]!r})",
+                            "the trace was edited or written by a broken backend: rerun it")
+    return scheme
 
 
 _Named = TypeVar("_Named")

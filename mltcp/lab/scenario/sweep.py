@@ -50,6 +50,8 @@ import numpy as np
 from mltcp.core import validate
 from mltcp.core.aggressiveness import MAX_CAP, MAX_INTERCEPT, MAX_SLOPE, MIN_INTERCEPT
 from mltcp.core.errors import SpecError
+from mltcp.lab.common import plotting, runset, stats
+from mltcp.lab.common.atomic import replacing, write_json
 from mltcp.lab.common.distributed import dask_client, require_dask
 from mltcp.lab.common.provenance import provenance
 from mltcp.lab.scenario import backends, metrics, schedule
@@ -99,6 +101,13 @@ class SweepSpec:
     backend_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        varied = [k for k in SCHEME_PARAMS if k in self.grid]
+        if varied and not self.scheme.mltcp:
+            # MLTCP's F on a standard scheme would run a scheme the sweep does not name.
+            raise SpecError("--scheme", f"{self.scheme.name!r} is a standard scheme "
+                            f"(mltcp = false): {', '.join(varied)} set MLTCP's F, which it "
+                            "does not have", "sweep an MLTCP scheme of the scenario (or "
+                            "omit --scheme), or drop --param " + ", ".join(varied))
         if self.engine().capabilities.exclusive_host:
             raise SpecError("backend", f"the {self.backend} backend drives this host's "
                             "kernel in real time, one run at a time", "sweep on a model or "
@@ -176,8 +185,8 @@ def variant(spec: SweepSpec, point: Mapping[str, float]) -> tuple[Scenario, Sche
     """The scenario and scheme of one grid point, parsed (and so validated) as a
     scenario file would be."""
     data = spec.scenario.to_dict()
-    scheme = {**spec.scheme.to_dict(), "mltcp": True,
-              **{k: point[k] for k in SCHEME_PARAMS if k in point}}
+    # The scheme as named: F's parameters only vary an MLTCP scheme (SweepSpec).
+    scheme = {**spec.scheme.to_dict(), **{k: point[k] for k in SCHEME_PARAMS if k in point}}
     data["schemes"] = [scheme]
     if "jobs" in point:
         data = _copies(data, int(point["jobs"]))
@@ -191,6 +200,19 @@ def variant(spec: SweepSpec, point: Mapping[str, float]) -> tuple[Scenario, Sche
     where = ", ".join(f"{k}={validate.fmt(v)}" for k, v in point.items())
     sc = parse_scenario(data, f"sweep point {where}")
     return sc, sc.schemes[0]
+
+
+def runset_of(spec: SweepSpec) -> runset.RunSet:
+    """The sweep's run set: identified by everything that decides its rows (the
+    scenario, the scheme varied, the grid, the seeds, the backend and its model
+    options), so the same sweep rerun replaces its table and any other is refused."""
+    options = spec.backend_options.get("options")
+    definition = {"scenario": spec.scenario.to_dict(), "scheme": spec.scheme.to_dict(),
+                  "grid": {k: list(v) for k, v in spec.grid.items()},
+                  "seeds": list(spec.seeds), "f_steps": getattr(options, "f_steps", None)}
+    return runset.new("sweep", spec.scenario.name, definition, spec.backend,
+                      {spec.scheme.name: {**spec.scheme.to_dict(), **spec.scheme.as_run()}},
+                      spec.seeds)
 
 
 def _copies(data: dict[str, Any], n: int) -> dict[str, Any]:
@@ -293,7 +315,10 @@ def _row(point: Mapping[str, float], seed: int, trace: Any,
     summary = metrics.summarize(trace, dedicated)
     jobs = summary["jobs"].values()
     conv = summary["overall"]["convergence_iteration"]
-    return {**point, "seed": seed, "convergence_iteration": conv, "converged": conv is not None,
+    return {**point, "seed": seed, "scheme": trace.scheme,
+            "congestion_control": trace.params.get("congestion_control"),
+            "convergence_iteration": conv, "converged": conv is not None,
+            "first_interleaved_iteration": summary["overall"]["first_interleaved_iteration"],
             "mean_iteration_s": float(np.mean([j["mean"] for j in jobs])),
             "p99_iteration_s": max(j["p99"] for j in jobs),
             "ratio_to_dedicated": summary["overall"]["mean_ratio_to_dedicated"],
@@ -384,70 +409,118 @@ def _submit_runs(client: Any, spec: SweepSpec,
 # --------------------------------------------------------------------------- output
 
 
+# (column of a row, what it is): the metrics aggregated per grid point with their spread.
+AGGREGATED = (("ratio_to_dedicated", "iteration time / dedicated"),
+              ("mean_iteration_s", "mean iteration time (s)"),
+              ("overlap_last5", "overlap of the last 5 iterations"),
+              ("converged", "fraction of runs converged (held to the end)"),
+              ("first_interleaved", "fraction of runs that interleaved at some point"))
+
+
+def aggregate(rows: Sequence[Mapping[str, Any]], by: Sequence[str]) -> list[dict[str, Any]]:
+    """Per value of ``by`` (grid columns): N runs, each :data:`AGGREGATED` metric's mean
+    with its 95 % bootstrap interval over the runs, and the convergence iteration over
+    the converged runs only, saying how many of the N those are."""
+    groups: dict[tuple, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row[c] for c in by), []).append(row)
+    out = []
+    for key, part in groups.items():
+        point: dict[str, Any] = {**dict(zip(by, key, strict=True)), "n": len(part)}
+        for column, _ in AGGREGATED:
+            spread = stats.bootstrap(_value(r, column) for r in part)
+            point |= {column: spread.mean, f"{column}_ci_lo": spread.lo,
+                      f"{column}_ci_hi": spread.hi}
+        conv = stats.bootstrap(r["convergence_iteration"] for r in part)
+        point |= {"converged_runs": conv.n, "convergence_mean": conv.mean,
+                  "convergence_ci_lo": conv.lo, "convergence_ci_hi": conv.hi,
+                  "convergence_over": stats.fraction(conv.n, len(part)) + " converged"}
+        out.append(point)
+    return out
+
+
+def _value(row: Mapping[str, Any], column: str) -> float | None:
+    if column == "first_interleaved":
+        return float(row["first_interleaved_iteration"] is not None)
+    value = row[column]
+    return float(value) if value is not None else None
+
+
 def write(spec: SweepSpec, rows: list[dict[str, Any]], out_dir: str | Path,
           fmt: str = "parquet") -> Path:
-    """DIR/sweep.parquet (or .csv), DIR/sweep.json (grid, aggregates, provenance), plots."""
+    """DIR/sweep.parquet (or .csv), DIR/sweep.json (grid, aggregates with N and 95 %
+    intervals, run set, provenance), plots (PNG and PDF); each file atomically."""
     import pandas as pd
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     table = pd.DataFrame(rows)
-    if fmt == "parquet":
-        path = out / "sweep.parquet"
-        table.to_parquet(path, index=False)
-    elif fmt == "csv":
-        path = out / "sweep.csv"
-        table.to_csv(path, index=False)
-    else:
+    if fmt not in ("parquet", "csv"):
         raise SpecError("format", f"unknown format {fmt!r}", "use parquet or csv")
+    path = out / f"sweep.{fmt}"
+    with replacing(path) as tmp:
+        (table.to_parquet if fmt == "parquet" else table.to_csv)(tmp, index=False)
+    (out / f"sweep.{'csv' if fmt == 'parquet' else 'parquet'}").unlink(missing_ok=True)
     grid_cols = list(spec.grid)
-    agg = (table.groupby(grid_cols, dropna=False)
-           .agg(runs=("seed", "count"), converged=("converged", "mean"),
-                convergence_median=("convergence_iteration", "median"),
-                ratio_to_dedicated=("ratio_to_dedicated", "mean"),
-                overlap_last5=("overlap_last5", "mean"))
-           .reset_index())
     options = spec.backend_options.get("options")
-    summary = {"schema": "mltcp.sweep/1", "scenario": spec.scenario.name,
-               "scheme": spec.scheme.to_dict(), "grid": {k: list(v) for k, v in
-                                                         spec.grid.items()},
+    recorded = runset.read(out)
+    summary = {"schema": "mltcp.sweep/2", "scenario": spec.scenario.name,
+               "scheme": {**spec.scheme.to_dict(), **spec.scheme.as_run()},
+               "grid": {k: list(v) for k, v in spec.grid.items()},
                "seeds": list(spec.seeds), "backend": spec.backend,
                "f_steps": getattr(options, "f_steps", None),
-               "table": path.name, "points": json.loads(agg.to_json(orient="records")),
+               "confidence": stats.LEVEL, "bootstrap_resamples": stats.RESAMPLES,
+               "table": path.name, "points": aggregate(rows, grid_cols),
+               "runset": recorded.to_dict() if recorded else None,
                "provenance": provenance({"backend": spec.backend})}
-    (out / "sweep.json").write_text(json.dumps(summary, indent=2) + "\n")
-    _plots(agg, grid_cols, out, spec.scenario.name)
+    write_json(out / "sweep.json", summary)
+    _plots(rows, grid_cols, out, spec)
     return path
 
 
-def _plots(agg: Any, grid_cols: list[str], out: Path, scenario: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def _plots(rows: list[dict[str, Any]], grid_cols: list[str], out: Path,
+           spec: SweepSpec) -> None:
+    """Each metric against the first axis, one line per value of the second, with 95 %
+    bootstrap error bars over the runs at each point (the seeds, and the values of any
+    further axis, which are pooled: the title says so and gives N)."""
     x = grid_cols[0]
     series = grid_cols[1] if len(grid_cols) > 1 else None
-    title = f"{scenario}: mean over seeds" + (
-        f" and {', '.join(grid_cols[2:])}" if len(grid_cols) > 2 else "")
-    for column, label, name in (("convergence_median", "convergence iteration (median)",
-                                 "convergence.png"),
-                                ("ratio_to_dedicated", "iteration time / dedicated",
-                                 "ratio.png"),
-                                ("converged", "fraction of seeds that interleave",
-                                 "converged.png")):
-        fig, ax = plt.subplots(figsize=(6, 4))
-        groups = agg.groupby(series) if series else [(None, agg)]
-        for value, part in groups:
-            part = part.groupby(x)[column].mean().reset_index()
-            ax.plot(part[x], part[column], marker="o",
-                    label=f"{series}={value}" if series else None)
+    by = [x] + ([series] if series else [])
+    points = aggregate(rows, by)
+    n = {p["n"] for p in points}
+    pooled = (f" and {', '.join(grid_cols[2:])}" if len(grid_cols) > 2 else "")
+    size = f"N={min(n)}" if len(n) == 1 else f"N={min(n)}-{max(n)}"
+    title = (f"{spec.scenario.name}, {spec.scheme.name}: mean over seeds{pooled}\n"
+             f"({size} runs per point), error bars: 95 % bootstrap CI")
+    figures = [("ratio_to_dedicated", "ratio"), ("converged", "converged"),
+               ("first_interleaved", "interleaved"), ("convergence", "convergence")]
+    labels = dict(AGGREGATED) | {"convergence": "convergence iteration, converged runs only"}
+    for column, name in figures:
+        mean = "convergence_mean" if column == "convergence" else column
+        fig, ax = plotting.figure(figsize=(6.4, 4.2))
+        style = plotting.styles()
+        lines = sorted({p[series] for p in points}) if series else [None]
+        for value in lines:
+            part = sorted((p for p in points if series is None or p[series] == value),
+                          key=lambda p: p[x])
+            part = [p for p in part if p[mean] is not None]
+            if not part:
+                continue
+            lo = [p[mean] - p[f"{column}_ci_lo"] if p[f"{column}_ci_lo"] is not None else 0
+                  for p in part]
+            hi = [p[f"{column}_ci_hi"] - p[mean] if p[f"{column}_ci_hi"] is not None else 0
+                  for p in part]
+            ax.errorbar([p[x] for p in part], [p[mean] for p in part], yerr=[lo, hi],
+                        capsize=3, label=f"{series}={validate.fmt(value)}" if series else None,
+                        **next(style))
+            if column == "convergence":
+                for p in part:
+                    ax.annotate(f"{p['converged_runs']}/{p['n']}", (p[x], p[mean]),
+                                textcoords="offset points", xytext=(4, 4), fontsize=7)
         ax.set_xlabel(x)
-        ax.set_ylabel(label)
-        ax.set_title(title, fontsize="medium")
-        if series:
-            ax.legend(fontsize="small")
+        ax.set_ylabel(labels[column])
+        ax.set_title(title + ("; k/N converged beside each point"
+                              if column == "convergence" else ""), fontsize=8)
+        plotting.legend(ax)
         ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(out / name, dpi=120)
-        plt.close(fig)
+        plotting.save(fig, out / name)
