@@ -12,6 +12,7 @@ one line, never a traceback.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import shutil
@@ -65,6 +66,10 @@ FLUID = ("--backend", "fluid", "--out", "{dir}/out")
 ADVISE = ("dcqcn", "run", "--iface", "x", "--backend", "defaults", "--advise")
 TRUNCATED = (("state/jobs.json", '{"datapath": null, "jobs": {"a": {"id": 1'),)
 SCENARIO = (REPO / "mltcp/lab/scenario/examples/compatible-pair.toml").read_text()
+OTHER_RUN_SET = (("out/runset.json", json.dumps({
+    "schema": "mltcp.runset/1", "kind": "scenario", "name": "incompatible-pair",
+    "digest": "0123456789abcdef", "backend": "fluid", "schemes": {}, "seeds": [0],
+    "invocations": []})),)
 
 ROWS: list[Row] = [
     # status, agent, metrics
@@ -166,6 +171,11 @@ ROWS: list[Row] = [
         "a scenario without a name"),
     Row(("run", "{dir}/s.toml", *FLUID), 2, "UTF-8", (("s.toml", b"\xff"),), "not UTF-8"),
     Row(("run", "nosuch-scenario", *FLUID), 2, "scenario"),
+    Row(("run", "compatible-pair", *FLUID), 2, "--out", OTHER_RUN_SET,
+        "--out holds another scenario's run set"),
+    Row(("compare", "compatible-pair", *FLUID), 2, "--out", OTHER_RUN_SET,
+        "--out holds another scenario's run set"),
+    Row((*SWEEP, "--param", "slope=1,2", "--scheme", "cubic"), 2, "--scheme"),
     Row(("run", "compatible-pair", *FLUID, "--scheme", "nosuch"), 2, "scheme"),
     Row(("run", "compatible-pair", "--backend", "fluid", "--out", "/dev/null/x"), 2, "--out"),
     Row(("run", "compatible-pair", "--backend", "nosuch", "--out", "{dir}/out"), 2,

@@ -165,6 +165,12 @@ def test_isolated_spikes_are_tolerated_but_not_a_drift_or_the_end() -> None:
     assert m.held_from(range(8), [0.8] + [0.0] * 6 + [0.4]) is None   # the last record
     assert m.held_from(range(6), [0.4, 0.0, 0.0, 0.0, 0.0, 0.0]) == 1
     assert m.held_from(range(4), [0.0] * 4) is None                    # fewer than k
+    # one spike in every k records at most: alternating above and below is no convergence
+    alternating = [0.8] + [0.0, 0.15] * 10 + [0.0]
+    assert m.held_from(range(22), alternating) is None
+    assert m.first_interleaved(range(22), alternating) is None
+    sparse = [0.8] + ([0.0] * 5 + [0.15]) * 3 + [0.0]          # one in six: tolerated
+    assert m.held_from(range(20), sparse) == 1
     assert m.held_from([], []) is None
 
 

@@ -91,9 +91,10 @@ def _command(args: argparse.Namespace) -> str:
 
 
 def _record_command_line(argv: Sequence[str] | None) -> None:
-    """What the results' run-set manifests record as this invocation (the command as
-    typed, also when ``main`` is called with an argument list)."""
-    from mltcp.lab.common import runset  # standard library only: fine on any host
+    """What the results' run-set manifests and provenance record as this invocation (the
+    command as typed, also when ``main`` is called with an argument list).  Only for the
+    commands that write results (``records_results``): a host command loads no lab."""
+    from mltcp.lab.common import runset
 
     runset.COMMAND_LINE[:] = ["mltcp", *(sys.argv[1:] if argv is None else argv)]
 
@@ -105,7 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
              else contextlib.nullcontext())
     try:
         output.check(args, _command(args))
-        _record_command_line(argv)
+        if getattr(args, "records_results", False):
+            _record_command_line(argv)
         with guard:
             return args.handler(args)
     except SpecError as exc:

@@ -44,7 +44,7 @@ def register(sub: Any) -> None:
                     help="replace the results of another run set in --out (default: "
                          "refuse; adding runs to the same run set needs no flag)")
     _hosts_options(rn)
-    rn.set_defaults(handler=cmd_run, teardown_signals=True)
+    rn.set_defaults(handler=cmd_run, teardown_signals=True, records_results=True)
 
     cp = sub.add_parser("compare", help="every scheme of a scenario plus the dedicated "
                                         "baseline, side by side (report + table)")
@@ -60,7 +60,7 @@ def register(sub: Any) -> None:
                     help="replace the results of another run set in --out (default: "
                          "refuse; adding runs to the same run set needs no flag)")
     _hosts_options(cp)
-    cp.set_defaults(handler=cmd_compare, teardown_signals=True)
+    cp.set_defaults(handler=cmd_compare, teardown_signals=True, records_results=True)
 
     sw = sub.add_parser("sweep", help="a parameter grid on a backend (fluid by default), run "
                                       "on Dask (table + plots)")
@@ -89,7 +89,7 @@ def register(sub: Any) -> None:
     sw.add_argument("--force", action="store_true",
                     help="replace the results of another run set in --out (default: "
                          "refuse; adding runs to the same run set needs no flag)")
-    sw.set_defaults(handler=cmd_sweep, teardown_signals=True)
+    sw.set_defaults(handler=cmd_sweep, teardown_signals=True, records_results=True)
 
     bk = sub.add_parser("backends", help="the backends scenarios can run on "
                                          "(--check: which can run on this host)")
@@ -128,7 +128,7 @@ def register(sub: Any) -> None:
     dm.add_argument("--force", action="store_true",
                     help="replace the results of another run set in --out (default: "
                          "refuse; adding runs to the same run set needs no flag)")
-    dm.set_defaults(handler=cmd_demo, teardown_signals=True)
+    dm.set_defaults(handler=cmd_demo, teardown_signals=True, records_results=True)
 
 
 def _hosts_options(p: argparse.ArgumentParser) -> None:

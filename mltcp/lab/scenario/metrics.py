@@ -28,22 +28,23 @@ Overlap
 
 First interleaved iteration
     Of job J: the first iteration index c such that overlap(J, i) <= threshold
-    for all i in [c, c + k) (defaults ``DEFAULT_THRESHOLD`` = 0.10,
-    ``DEFAULT_K`` = 5); the k iterations must all be in the trace, so a gap in
-    the indices restarts the count.  None if never.  When the jobs first got out
-    of each other's way; they may drift back into overlap afterwards.
+    for all i in [c, c + k), but for at most one isolated spike (below) among
+    them (defaults ``DEFAULT_THRESHOLD`` = 0.10, ``DEFAULT_K`` = 5); the k
+    iterations must all be in the trace, so a gap in the indices restarts the
+    count.  None if never.  When the jobs first got out of each other's way; they
+    may drift back into overlap afterwards.
 
 Convergence iteration
     Of job J: the first interleaved iteration (as above) of the run's tail in
     which the interleaving held to the end: every record from c to the last is at
     or under the threshold, except isolated spikes (one record above it whose
-    neighbouring records are both at or under it: a packet loss or a slow step,
-    not a drift back; never the last record).  None if never.  So a run that only
-    ends interleaved, for fewer than k iterations, has not converged, and a run
-    that interleaves and then drifts back into overlap has a first interleaved
-    iteration but converges only if it interleaves again and holds; convergence
-    is never before the first interleaving.  Isolated spikes are tolerated by the
-    first interleaving's k in a row too.
+    neighbouring records are both at or under it, more than k records from the
+    next spike: a packet loss or a slow step, not a drift back; never the last).
+    None if never.  So a run that only ends interleaved, for fewer than k
+    iterations, has not converged, and a run that interleaves and then drifts
+    back into overlap has a first interleaved iteration but converges only if it
+    interleaves again and holds; convergence is never before the first
+    interleaving.
 
     Scenario level, both: the maximum over jobs, None if any job's is None.
 
@@ -248,53 +249,60 @@ def overlap_last(overlaps: Sequence[float], n: int = DEFAULT_LAST) -> float | No
     return float(np.mean(overlaps[-n:])) if len(overlaps) else None
 
 
-def _tolerated(ok: Sequence[bool]) -> list[bool]:
-    """Each record at or under the threshold, or an isolated spike: one record above it
-    whose neighbours are both at or under it (never the first or the last record)."""
-    n = len(ok)
-    return [ok[i] or (0 < i < n - 1 and ok[i - 1] and ok[i + 1]) for i in range(n)]
+def _spike(ok: Sequence[bool], i: int) -> bool:
+    """Record i is above the threshold between two records at or under it."""
+    return not ok[i] and 0 < i < len(ok) - 1 and ok[i - 1] and ok[i + 1]
 
 
-def _first_window(indices: Sequence[int], ok: Sequence[bool], good: Sequence[bool],
-                  k: int, start: int = 0) -> int | None:
-    """From list position ``start``: the first position p with ``ok[p]`` and k records
-    p .. p+k-1 all ``good`` and with consecutive indices; None if none."""
-    run = None                          # list position where the current run began
-    for pos in range(start, len(ok)):
-        consecutive = pos > start and indices[pos] == indices[pos - 1] + 1
-        if not good[pos] or (run is not None and not consecutive):
-            run = None
-        if good[pos] and run is None and ok[pos]:
-            run = pos
-        if run is not None and pos - run + 1 >= k:
-            return run
-    return None
+def _window(indices: Sequence[int], ok: Sequence[bool], pos: int, k: int) -> bool:
+    """Records pos .. pos+k-1 exist, have consecutive indices, start at or under the
+    threshold, and are all at or under it but for at most one isolated spike."""
+    if pos + k > len(ok) or not ok[pos]:
+        return False
+    spikes = 0
+    for i in range(pos, pos + k):
+        if i > pos and indices[i] != indices[i - 1] + 1:
+            return False
+        if not ok[i]:
+            if not _spike(ok, i):
+                return False
+            spikes += 1
+    return spikes <= 1
+
+
+def _first_window(indices: Sequence[int], ok: Sequence[bool], k: int,
+                  start: int = 0) -> int | None:
+    return next((pos for pos in range(start, len(ok)) if _window(indices, ok, pos, k)), None)
 
 
 def first_interleaved(indices: Sequence[int], values: Sequence[float],
                       threshold: float = DEFAULT_THRESHOLD, k: int = DEFAULT_K) -> int | None:
     """First index c with values <= threshold at indices c .. c+k-1, all present
-    (isolated spikes tolerated); else None."""
+    (one isolated spike tolerated); else None."""
     _check_threshold_k(threshold, k)
     _check_aligned(indices, values)
     ok = [v <= threshold for v in values]
-    pos = _first_window(indices, ok, _tolerated(ok), k)
+    pos = _first_window(indices, ok, k)
     return None if pos is None else int(indices[pos])
 
 
 def held_from(indices: Sequence[int], values: Sequence[float],
               threshold: float = DEFAULT_THRESHOLD, k: int = DEFAULT_K) -> int | None:
-    """First index c from which values stay <= threshold to the end (isolated spikes
-    tolerated), starting with k present iterations in a row: the convergence
-    iteration (module docstring).  Never before :func:`first_interleaved`."""
+    """First index c from which values stay <= threshold to the end (isolated spikes,
+    more than k records apart, tolerated), starting with a first-interleaved window of
+    k: the convergence iteration (module docstring).  Never before
+    :func:`first_interleaved`."""
     _check_threshold_k(threshold, k)
     _check_aligned(indices, values)
     ok = [v <= threshold for v in values]
-    good = _tolerated(ok)
-    tail = len(ok)                      # where the run's good tail begins
-    while tail > 0 and good[tail - 1]:
-        tail -= 1
-    pos = _first_window(indices, ok, good, k, tail)
+    tail, next_spike = len(ok), len(ok) + k          # no spike after the end
+    for pos in range(len(ok) - 1, -1, -1):        # from the end back, while it holds
+        if not ok[pos]:
+            if not (_spike(ok, pos) and next_spike - pos > k):
+                break                              # a drift back, not an isolated spike
+            next_spike = pos
+        tail = pos
+    pos = _first_window(indices, ok, k, tail)
     return None if pos is None else int(indices[pos])
 
 
