@@ -347,10 +347,6 @@ def scenario_first_interleaved(trace: Trace, threshold: float = DEFAULT_THRESHOL
 # --------------------------------------------------------------------------- links
 
 
-def _windows(job: JobTrace) -> list[tuple[float, float]]:
-    return [(r.start, r.end) for r in job.iterations]
-
-
 def utilisation(link: LinkTrace, t0: float, t1: float) -> float | None:
     """Mean throughput / capacity over samples with t0 <= t < t1; None if there are none."""
     lo, hi = np.searchsorted(link.times(), [t0, t1], side="left")
@@ -366,9 +362,26 @@ def run_utilisation(link: LinkTrace) -> float | None:
     return float(np.mean(link.column("throughput_bps")) / link.capacity_bps)
 
 
+def _bounds(job: JobTrace) -> tuple[np.ndarray, np.ndarray]:
+    """Starts and ends of the job's iterations, as arrays."""
+    starts = np.array([r.start for r in job.iterations], dtype=float)
+    ends = np.array([r.end for r in job.iterations], dtype=float)
+    return starts, ends
+
+
 def utilisation_per_iteration(link: LinkTrace, job: JobTrace) -> list[float | None]:
-    """Utilisation over each of ``job``'s iteration windows [start, end)."""
-    return [utilisation(link, a, b) for a, b in _windows(job)]
+    """Utilisation over each of ``job``'s iteration windows [start, end): what
+    :func:`utilisation` gives per window, computed for all windows at once (prefix
+    sums), since a long run has tens of thousands of them."""
+    starts, ends = _bounds(job)
+    times = link.times()
+    lo = np.searchsorted(times, starts, side="left")
+    hi = np.searchsorted(times, ends, side="left")
+    sums = np.concatenate([[0.0], np.cumsum(link.column("throughput_bps"))])
+    count = hi - lo
+    mean = np.divide(sums[hi] - sums[lo], count, out=np.zeros(count.shape), where=count > 0)
+    return [float(m / link.capacity_bps) if c > 0 else None
+            for m, c in zip(mean, count, strict=True)]
 
 
 def counter_at(link: LinkTrace, counter: Counter, t: float) -> int | None:
@@ -394,14 +407,27 @@ def run_counter(link: LinkTrace, counter: Counter) -> int | None:
     return getattr(link.samples[-1], counter) - getattr(link.samples[0], counter)
 
 
+def _deltas_per_iteration(link: LinkTrace, job: JobTrace, counter: Counter) -> list[int | None]:
+    """:func:`counter_delta` over each of ``job``'s iteration windows, all at once."""
+    if not link.samples:
+        return [None] * len(job.iterations)
+    starts, ends = _bounds(job)
+    values = link.column(counter)
+
+    def at(t: np.ndarray) -> np.ndarray:
+        return values[np.maximum(np.searchsorted(link.times(), t, side="right") - 1, 0)]
+
+    return [int(d) for d in at(ends) - at(starts)]
+
+
 def ecn_marks_per_iteration(link: LinkTrace, job: JobTrace) -> list[int | None]:
     """ECN marks on ``link`` in each of ``job``'s iteration windows."""
-    return [counter_delta(link, "ecn_marks", a, b) for a, b in _windows(job)]
+    return _deltas_per_iteration(link, job, "ecn_marks")
 
 
 def drops_per_iteration(link: LinkTrace, job: JobTrace) -> list[int | None]:
     """Drops on ``link`` in each of ``job``'s iteration windows."""
-    return [counter_delta(link, "drops", a, b) for a, b in _windows(job)]
+    return _deltas_per_iteration(link, job, "drops")
 
 
 def reference_job(trace: Trace, link_id: str) -> JobTrace | None:

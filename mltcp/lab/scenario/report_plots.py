@@ -2,7 +2,8 @@
 the N it is over.
 
     timeline  communication phases per job over time, one panel per scheme (its
-              first seed: a timeline cannot be averaged)
+              first seed: a timeline cannot be averaged), the first
+              TIMELINE_ITERATIONS iterations (more are a smear at any width)
     overlap   overlap per iteration per scheme: the mean over jobs and runs, with the
               range over the runs shaded (N runs in the legend)
     cdf       iteration-time ECDF per scheme, all jobs and runs pooled (from 0)
@@ -18,6 +19,8 @@ import numpy as np
 
 from mltcp.lab.common import plotting
 from mltcp.lab.scenario.trace import Trace
+
+TIMELINE_ITERATIONS = 100
 
 
 def draw(out: Path, by_scheme: dict[str, list[Trace]], summaries: dict[str, dict],
@@ -49,12 +52,17 @@ def _timeline(by_scheme: dict[str, list[Trace]]):  # type: ignore[no-untyped-def
                                 squeeze=False, sharex=True)
     for ax, name in zip(axes[:, 0], names, strict=True):
         trace = _first(by_scheme[name])
+        longest = max(len(j.iterations) for j in trace.jobs)
+        until = min(j.iterations[min(TIMELINE_ITERATIONS, len(j.iterations)) - 1].end
+                    for j in trace.jobs if j.iterations)
         for row, job in enumerate(trace.jobs):
-            spans = [(s, e - s) for s, e in job.comm_intervals()]
+            spans = [(s, e - s) for s, e in job.comm_intervals() if s <= until]
             ax.broken_barh(spans, (row - 0.4, 0.8), color=f"C{row}")
         ax.set_yticks(range(len(trace.jobs)), [j.name for j in trace.jobs])
+        shown = (f", the first {TIMELINE_ITERATIONS} of {longest} iterations"
+                 if longest > TIMELINE_ITERATIONS else "")
         ax.set_title(f"{name}: communication phases, seed {trace.seed} "
-                     f"(1 of N={len(by_scheme[name])} runs)", fontsize=9)
+                     f"(1 of N={len(by_scheme[name])} runs){shown}", fontsize=9)
     axes[-1, 0].set_xlabel("time (s)")
     return fig
 

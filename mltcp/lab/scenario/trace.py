@@ -27,19 +27,21 @@ Backend names are free text; the conventional ones are ``fluid``, ``ns3``,
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+import operator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar, overload
 
 import numpy as np
 
 from mltcp.core import validate
 from mltcp.core.errors import SpecError
+from mltcp.lab.common import atomic
 
 T = TypeVar("T")
+S = TypeVar("S")
 
 SCHEMA = "mltcp.trace/1"
 
@@ -62,6 +64,19 @@ def _number(name: str, value: Any) -> float:
 
 def _count(name: str, value: Any) -> int:
     return validate.at_least(value, name, 0, "give a count >= 0")
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def _counter(name: str, value: Any) -> int:
+    """A sample's count: also below 2**63, since the metrics read samples as 64-bit
+    columns (a larger count loaded once, then broke the report with an OverflowError)."""
+    count = _count(name, value)
+    if count > _INT64_MAX:
+        raise SpecError(name, f"must be < 2**63 (got {count})",
+                        "give a count >= 0 that fits in 64 bits")
+    return count
 
 
 def _text(name: str, value: Any) -> str:
@@ -292,7 +307,78 @@ class JobTrace:
     def from_dict(cls, data: Any) -> JobTrace:
         d = _fields("", data, ("name", "links", "iterations"))
         return cls(name=d["name"], links=tuple(_list("links", d["links"])),
-                   iterations=_each("iterations", d["iterations"], IterationRecord.from_dict))
+                   iterations=_json_iterations(d["iterations"]))
+
+
+_TIMES = ("start", "comm_start", "comm_end", "end")
+_PLAIN_RECORD = ("index", "start", "comm_start", "comm_end", "end", "bytes")
+
+
+def _json_iterations(value: Any) -> tuple[IterationRecord, ...]:
+    """The records of a JSON array of iterations, checked a column at a time where
+    every record is plain (its six required fields, plain numbers): a long run has
+    tens of thousands.  Refuses exactly what ``IterationRecord.from_dict`` refuses,
+    with its words, as :func:`_json_samples` does for samples; records with optional
+    fields (loss counters, phases) are read one by one, as before."""
+    if type(value) in (list, tuple):
+        records = _plain_iterations(value)
+        if records is not None:
+            return records
+    return _each("iterations", value, IterationRecord.from_dict)
+
+
+def _plain_iterations(items: list | tuple) -> tuple[IterationRecord, ...] | None:
+    """``items`` as records if each is a plain JSON object with exactly the required
+    fields of a valid record; None if one is not and ``IterationRecord.from_dict``
+    accepts it anyway (e.g. it has loss counters).  ``ok`` as in :func:`_plain_columns`."""
+    n = len(items)
+    ok = n
+    if set(map(type, items)) - {dict} or set(map(len, items)) - {len(_PLAIN_RECORD)}:
+        ok = next(i for i, d in enumerate(items)
+                  if type(d) is not dict or len(d) != len(_PLAIN_RECORD))
+    values: dict[str, list] = {}
+    for name in _PLAIN_RECORD:
+        head = items if ok == n else items[:ok]
+        try:
+            column = list(map(operator.itemgetter(name), head))
+        except KeyError:
+            ok = next(i for i, d in enumerate(head) if name not in d)
+            column = list(map(operator.itemgetter(name), head[:ok]))
+        kind = float if name in _TIMES else int
+        if set(map(type, column)) - _PLAIN[kind]:
+            ok = next(i for i, v in enumerate(column) if type(v) not in _PLAIN[kind])
+            del column[ok:]
+        if kind is int and column and min(column) < 0:
+            ok = next(i for i, v in enumerate(column) if v < 0)
+        values[name] = column
+    times = {}
+    for name in _TIMES:
+        column = values[name][:ok]
+        try:
+            times[name] = np.array(column, dtype=np.float64)
+        except OverflowError:       # an int beyond a float
+            ok = next(i for i, v in enumerate(column) if not _fits(v, float))
+            times[name] = np.array(column[:ok], dtype=np.float64)
+    m = min(len(t) for t in times.values())
+    start, comm_start, comm_end, end = (times[name][:m] for name in _TIMES)
+    bad = ~(np.isfinite(start) & np.isfinite(comm_start) & np.isfinite(comm_end)
+            & np.isfinite(end))
+    bad |= (comm_start < start) | (comm_end < comm_start) | (end < comm_end)
+    if bad.any():
+        ok = min(ok, int(np.argmax(bad)))
+    if ok < n:
+        with _within(f"iterations[{ok}]"):
+            IterationRecord.from_dict(items[ok])
+        return None
+    out = []
+    for index, t0, t1, t2, t3, size in zip(values["index"], start.tolist(),
+                                           comm_start.tolist(), comm_end.tolist(),
+                                           end.tolist(), values["bytes"], strict=True):
+        rec = object.__new__(IterationRecord)
+        rec.__dict__.update(index=index, start=t0, comm_start=t1, comm_end=t2, end=t3,
+                            bytes=size, retransmits=None, rtos=None, phases=None)
+        out.append(rec)
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -313,6 +399,14 @@ class LinkSample:
     ecn_marks: int
     drops: int
 
+    # The fields in order, each a float (finite) or a count (an int >= 0), and the
+    # floats that may not be negative: what Samples checks a column at a time, and
+    # must refuse exactly where __post_init__ does.
+    _COLUMNS: ClassVar[tuple[tuple[str, type], ...]] = (
+        ("t", float), ("throughput_bps", float), ("queue_bytes", int), ("ecn_marks", int),
+        ("drops", int))
+    _NON_NEGATIVE: ClassVar[frozenset[str]] = frozenset({"throughput_bps"})
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "t", _number("t", self.t))
         bps = _number("throughput_bps", self.throughput_bps)
@@ -320,7 +414,7 @@ class LinkSample:
             raise SpecError("throughput_bps", f"{bps} is negative", "give a rate >= 0")
         object.__setattr__(self, "throughput_bps", bps)
         for name in ("queue_bytes", "ecn_marks", "drops"):
-            _count(name, getattr(self, name))
+            _counter(name, getattr(self, name))
 
     def to_dict(self) -> dict:
         return {"t": self.t, "throughput_bps": self.throughput_bps,
@@ -334,83 +428,18 @@ class LinkSample:
 
 
 @dataclass(frozen=True)
-class LinkTrace:
-    """Samples of one link, in time order, with its capacity in bits per second.
-
-    Cumulative counters may not decrease (a backend whose counters reset must
-    add the previous total back), since a decrease would read as negative marks.
-    """
-
-    id: str
-    capacity_bps: float
-    samples: tuple[LinkSample, ...]
-
-    def __post_init__(self) -> None:
-        _text("id", self.id)
-        cap = _number("capacity_bps", self.capacity_bps)
-        if cap <= 0:
-            raise SpecError("capacity_bps", f"{cap} is not positive",
-                            "give the link rate in bits per second, e.g. 1e9")
-        object.__setattr__(self, "capacity_bps", cap)
-        samples = tuple(_list("samples", self.samples))
-        for i, s in enumerate(samples):
-            if not isinstance(s, LinkSample):
-                raise SpecError(f"samples[{i}]", f"{type(s).__name__} is not a LinkSample",
-                                "build it with LinkSample(...)")
-        for i, (a, b) in enumerate(zip(samples, samples[1:], strict=False), start=1):
-            if b.t < a.t:
-                raise SpecError(f"samples[{i}].t", f"{b.t} is before the previous sample's "
-                                f"{a.t}", "list samples in time order")
-            for name in ("ecn_marks", "drops"):
-                if getattr(b, name) < getattr(a, name):
-                    raise SpecError(f"samples[{i}].{name}",
-                                    f"cumulative counter fell from {getattr(a, name)} to "
-                                    f"{getattr(b, name)}",
-                                    "record running totals since the run started "
-                                    "(add back the total before a counter reset)")
-        object.__setattr__(self, "samples", samples)
-
-    def times(self) -> np.ndarray:
-        """The samples' times (read-only)."""
-        return self.column("t")
-
-    def column(self, name: str) -> np.ndarray:
-        """One field of every sample as a read-only array (``t``, ``throughput_bps`` as
-        floats; ``queue_bytes``, ``ecn_marks``, ``drops`` as integers), made once per
-        trace: the report reads them once per iteration window of every job, and
-        rebuilding them each time made its cost iterations x samples."""
-        return self._columns[name]
-
-    @cached_property
-    def _columns(self) -> dict[str, np.ndarray]:
-        out = {}
-        for name, dtype in (("t", float), ("throughput_bps", float), ("queue_bytes", np.int64),
-                            ("ecn_marks", np.int64), ("drops", np.int64)):
-            out[name] = np.array([getattr(s, name) for s in self.samples], dtype=dtype)
-            out[name].setflags(write=False)
-        return out
-
-    def to_dict(self) -> dict:
-        return {"id": self.id, "capacity_bps": self.capacity_bps,
-                "samples": [s.to_dict() for s in self.samples]}
-
-    @classmethod
-    def from_dict(cls, data: Any) -> LinkTrace:
-        d = _fields("", data, ("id", "capacity_bps", "samples"))
-        return cls(id=d["id"], capacity_bps=d["capacity_bps"],
-                   samples=_each("samples", d["samples"], LinkSample.from_dict))
-
-
-@dataclass(frozen=True)
 class FlowSample:
     """One connection's congestion window (bytes) at time ``t`` (seconds since t0)."""
 
     t: float
     cwnd_bytes: int
 
+    _COLUMNS: ClassVar[tuple[tuple[str, type], ...]] = (("t", float), ("cwnd_bytes", int))
+    _NON_NEGATIVE: ClassVar[frozenset[str]] = frozenset()
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "t", _number("t", self.t))
-        _count("cwnd_bytes", self.cwnd_bytes)
+        _counter("cwnd_bytes", self.cwnd_bytes)
 
     def to_dict(self) -> dict:
         return {"t": self.t, "cwnd_bytes": self.cwnd_bytes}
@@ -420,6 +449,273 @@ class FlowSample:
         return cls(**_fields("", data, ("t", "cwnd_bytes")))
 
 
+# --------------------------------------------------------------------------- sample columns
+
+_DTYPES = {float: np.float64, int: np.int64}
+# The exact types of a plain JSON number: bool is an int to Python but never a number
+# here, and anything else (a float subclass such as numpy's) goes the object path,
+# which says exactly what it accepts.
+_PLAIN = {float: frozenset({float, int}), int: frozenset({int})}
+
+
+def _sample(cls: type[S], values: Iterator[Any] | tuple) -> S:
+    """A sample from values already checked (taken from a Samples' columns): made
+    without __post_init__, which is what made loading cost a check per field."""
+    obj = object.__new__(cls)
+    obj.__dict__.update(zip((name for name, _ in cls._COLUMNS), values, strict=True))  # type: ignore[attr-defined]
+    return obj
+
+
+class Samples(Sequence[S]):
+    """The samples of one link or connection, held as one read-only array per field.
+
+    The metrics read a link's samples as columns (a window's mean throughput, a
+    counter at an instant), and a long run has hundreds of thousands of them:
+    making and checking one object per sample was most of a report's time.  So
+    the samples are checked and kept a column at a time, and an object is made
+    only for a sample a caller asks for.  They read as the tuple they replace:
+    ``len``, indexing (a slice gives a tuple), iteration, and equality with other
+    ``Samples`` or with a tuple of equal samples.  Made only by this module,
+    from checked samples (``_object_samples``, ``_json_samples``).
+    """
+
+    __slots__ = ("_cls", "_columns", "_records", "_n")
+
+    def __init__(self, cls: type[S], columns: dict[str, np.ndarray],
+                 records: tuple[S, ...] | None = None) -> None:
+        for column in columns.values():
+            column.setflags(write=False)
+        self._cls = cls
+        self._columns = columns
+        self._records = records
+        self._n = len(columns["t"])
+
+    def column(self, name: str) -> np.ndarray:
+        """One field of every sample (read-only): floats for times and rates, int64 for
+        counts."""
+        return self._columns[name]
+
+    def _all(self) -> tuple[S, ...]:
+        """Every sample as an object, made once (on the first iteration or comparison)."""
+        if self._records is None:
+            rows = zip(*(self._columns[name].tolist() for name, _ in self._cls._COLUMNS),  # type: ignore[attr-defined]
+                       strict=True)
+            self._records = tuple(_sample(self._cls, row) for row in rows)
+        return self._records
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, index: int) -> S: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[S, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> S | tuple[S, ...]:
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(self._n)[index])
+        i = operator.index(index)
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError("sample index out of range")
+        if self._records is not None:
+            return self._records[i]
+        return _sample(self._cls, (kind(self._columns[name][i])
+                                   for name, kind in self._cls._COLUMNS))  # type: ignore[attr-defined]
+
+    def __iter__(self) -> Iterator[S]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Samples):
+            return (self._cls is other._cls and self._n == other._n
+                    and all(np.array_equal(self._columns[name], other._columns[name])
+                            for name in self._columns))
+        if isinstance(other, tuple):
+            return self._all() == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._all())       # a tuple of equal samples hashes the same
+
+    def __repr__(self) -> str:
+        if self._n <= 6:
+            return repr(self._all())
+        t = self._columns["t"]
+        return f"<{self._n} {self._cls.__name__}s, t = {t[0]} .. {t[-1]}>"
+
+    def __reduce__(self) -> tuple:
+        return (Samples, (self._cls, {k: np.array(v) for k, v in self._columns.items()}))
+
+
+def _object_samples(cls: type[S], value: Any) -> Samples[S]:
+    """The ``Samples`` of a list of ``cls`` objects (each checked when it was made) or
+    of a ``Samples`` of them, for a trace built in code."""
+    if isinstance(value, Samples):
+        if value._cls is cls:
+            return value
+        value = tuple(value)           # another kind's: refused below, sample by sample
+    items = tuple(_list("samples", value))
+    if set(map(type, items)) - {cls}:
+        for i, s in enumerate(items):
+            if not isinstance(s, cls):
+                raise SpecError(f"samples[{i}]", f"{type(s).__name__} is not a {cls.__name__}",
+                                f"build it with {cls.__name__}(...)")
+    columns = {name: np.fromiter(map(operator.attrgetter(name), items), _DTYPES[kind],
+                                 count=len(items))
+               for name, kind in cls._COLUMNS}  # type: ignore[attr-defined]
+    return Samples(cls, columns, items)
+
+
+def _json_samples(cls: type[S], value: Any) -> Samples[S]:
+    """The ``Samples`` of a JSON array of sample objects, checked a column at a time.
+
+    Refuses exactly what ``cls.from_dict`` refuses, with its words: where the columns
+    show a sample they cannot vouch for, that sample is read by ``cls.from_dict``,
+    which names the field; should it read it after all (an exotic number type), every
+    sample is read one by one, as before."""
+    if type(value) in (list, tuple):
+        columns = _plain_columns(cls, value)
+        if columns is not None:
+            return Samples(cls, columns)
+    return _object_samples(cls, _each("samples", value, cls.from_dict))  # type: ignore[attr-defined]
+
+
+def _plain_columns(cls: type, items: list | tuple) -> dict[str, np.ndarray] | None:
+    """The columns of ``items`` if every one is a plain JSON object with exactly the
+    fields of ``cls``, each a plain number that ``cls`` accepts; None if one is not
+    and ``cls.from_dict`` accepts it anyway.
+
+    ``ok`` counts the leading samples vouched for: each check that finds a problem
+    lowers it to the first sample with that problem, so the one ``cls.from_dict``
+    then reads is the first that checking one by one would have refused."""
+    n = len(items)
+    fields = cls._COLUMNS
+    ok = n
+    if set(map(type, items)) - {dict} or set(map(len, items)) - {len(fields)}:
+        ok = next(i for i, d in enumerate(items) if type(d) is not dict or len(d) != len(fields))
+    columns = {}
+    for name, kind in fields:
+        head = items if ok == n else items[:ok]
+        try:
+            values = list(map(operator.itemgetter(name), head))
+        except KeyError:
+            ok = next(i for i, d in enumerate(head) if name not in d)
+            values = list(map(operator.itemgetter(name), head[:ok]))
+        if set(map(type, values)) - _PLAIN[kind]:
+            ok = next(i for i, v in enumerate(values) if type(v) not in _PLAIN[kind])
+            del values[ok:]
+        try:
+            column = np.array(values, dtype=_DTYPES[kind])
+        except OverflowError:       # an int beyond a float, or beyond 64 bits
+            ok = next(i for i, v in enumerate(values) if not _fits(v, kind))
+            column = np.array(values[:ok], dtype=_DTYPES[kind])
+        bad = ~np.isfinite(column) if kind is float else column < 0
+        if name in cls._NON_NEGATIVE:
+            bad |= column < 0
+        if bad.any():
+            ok = min(ok, int(np.argmax(bad)))
+        columns[name] = column
+    if ok == n:
+        return columns
+    with _within(f"samples[{ok}]"):
+        cls.from_dict(items[ok])
+    return None
+
+
+def _fits(value: int | float, kind: type) -> bool:
+    """Whether a plain JSON number converts to ``kind``'s column type."""
+    if kind is int:
+        return -(2**63) <= value <= _INT64_MAX
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
+
+
+def _check_order(samples: Samples, counters: tuple[str, ...]) -> None:
+    """Samples in time order, with cumulative ``counters`` that never fall: compared a
+    column at a time; the first sample out of order is named as comparing the samples
+    one pair at a time named it (its time before its counters, in field order)."""
+    t = samples.column("t")
+    bad = t[1:] < t[:-1]
+    for name in counters:
+        column = samples.column(name)
+        bad |= column[1:] < column[:-1]
+    if not bad.any():
+        return
+    i = int(np.argmax(bad)) + 1
+    a, b = samples[i - 1], samples[i]
+    if b.t < a.t:
+        raise SpecError(f"samples[{i}].t", f"{b.t} is before the previous sample's "
+                        f"{a.t}", "list samples in time order")
+    for name in counters:
+        if getattr(b, name) < getattr(a, name):
+            raise SpecError(f"samples[{i}].{name}",
+                            f"cumulative counter fell from {getattr(a, name)} to "
+                            f"{getattr(b, name)}",
+                            "record running totals since the run started "
+                            "(add back the total before a counter reset)")
+
+
+@dataclass(frozen=True)
+class LinkTrace:
+    """Samples of one link, in time order, with its capacity in bits per second.
+
+    Cumulative counters may not decrease (a backend whose counters reset must
+    add the previous total back), since a decrease would read as negative marks.
+    ``samples`` may be given as any list of :class:`LinkSample`; it is kept as
+    :class:`Samples` (columns, read like a tuple).
+    """
+
+    id: str
+    capacity_bps: float
+    samples: Sequence[LinkSample]
+
+    def __post_init__(self) -> None:
+        _text("id", self.id)
+        cap = _number("capacity_bps", self.capacity_bps)
+        if cap <= 0:
+            raise SpecError("capacity_bps", f"{cap} is not positive",
+                            "give the link rate in bits per second, e.g. 1e9")
+        object.__setattr__(self, "capacity_bps", cap)
+        samples = _object_samples(LinkSample, self.samples)
+        _check_order(samples, ("ecn_marks", "drops"))
+        object.__setattr__(self, "samples", samples)
+
+    def times(self) -> np.ndarray:
+        """The samples' times (read-only)."""
+        return self.column("t")
+
+    def column(self, name: str) -> np.ndarray:
+        """One field of every sample as a read-only array (``t``, ``throughput_bps`` as
+        floats; ``queue_bytes``, ``ecn_marks``, ``drops`` as integers), kept with the
+        trace: the report reads them once per iteration window of every job, and
+        rebuilding them each time made its cost iterations x samples."""
+        return self.samples.column(name)  # type: ignore[attr-defined]
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "capacity_bps": self.capacity_bps,
+                "samples": _sample_dicts(self.samples)}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> LinkTrace:
+        d = _fields("", data, ("id", "capacity_bps", "samples"))
+        return cls(id=d["id"], capacity_bps=d["capacity_bps"],
+                   samples=_json_samples(LinkSample, d["samples"]))
+
+
+def _sample_dicts(samples: Sequence) -> list[dict]:
+    """The JSON objects of ``samples``, from the columns (Python floats and ints, as
+    the objects' ``to_dict`` would give) without making an object per sample."""
+    names = [name for name, _ in samples._cls._COLUMNS]  # type: ignore[attr-defined]
+    columns = [samples.column(name).tolist() for name in names]  # type: ignore[attr-defined]
+    return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+
+
 @dataclass(frozen=True)
 class FlowTrace:
     """Samples of one connection of a job, in time order: what its congestion control
@@ -427,37 +723,31 @@ class FlowTrace:
 
     ``id`` names the connection (``"a/0.1"``: job a, worker 0, connection 1);
     ``src``/``dst`` are its hosts.  Optional in a trace: backends that see windows
-    (ns-3) record them.
+    (ns-3) record them.  ``samples`` is kept as :class:`Samples`, like a link's.
     """
 
     id: str
     job: str
     src: str
     dst: str
-    samples: tuple[FlowSample, ...]
+    samples: Sequence[FlowSample]
 
     def __post_init__(self) -> None:
         for name in ("id", "job", "src", "dst"):
             _text(name, getattr(self, name))
-        samples = tuple(_list("samples", self.samples))
-        for i, s in enumerate(samples):
-            if not isinstance(s, FlowSample):
-                raise SpecError(f"samples[{i}]", f"{type(s).__name__} is not a FlowSample",
-                                "build it with FlowSample(...)")
-            if i and s.t < samples[i - 1].t:
-                raise SpecError(f"samples[{i}].t", f"{s.t} is before the previous sample's "
-                                f"{samples[i - 1].t}", "list samples in time order")
+        samples = _object_samples(FlowSample, self.samples)
+        _check_order(samples, ())
         object.__setattr__(self, "samples", samples)
 
     def to_dict(self) -> dict:
         return {"id": self.id, "job": self.job, "src": self.src, "dst": self.dst,
-                "samples": [s.to_dict() for s in self.samples]}
+                "samples": _sample_dicts(self.samples)}
 
     @classmethod
     def from_dict(cls, data: Any) -> FlowTrace:
         d = _fields("", data, ("id", "job", "src", "dst", "samples"))
         return cls(id=d["id"], job=d["job"], src=d["src"], dst=d["dst"],
-                   samples=_each("samples", d["samples"], FlowSample.from_dict))
+                   samples=_json_samples(FlowSample, d["samples"]))
 
 
 @dataclass(frozen=True)
@@ -544,19 +834,36 @@ class Trace:
                    flows=_each("flows", d.get("flows", []), FlowTrace.from_dict))
 
     def save(self, path: str | Path) -> Path:
-        """Write the trace as JSON (strict: no NaN/Infinity, which other tools cannot read)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n")
-        return path
+        """Write the trace as JSON (strict: no NaN/Infinity, which other tools cannot read),
+        atomically: a run killed while saving leaves the previous file or none, never a
+        prefix that the next report would have to refuse."""
+        return atomic.write_text(path, json.dumps(self.to_dict(), indent=1,
+                                                  allow_nan=False) + "\n")
 
 
 def load_trace(path: str | Path) -> Trace:
-    """Read a trace written by :meth:`Trace.save`; a wrong schema or field is a SpecError."""
+    """Read a trace written by :meth:`Trace.save`.
+
+    Any problem is one SpecError naming the file, since a report reads a directory of
+    them: an unreadable file or one that is not JSON (``traces/x.json: is not JSON
+    (...)``), and a wrong schema or field with its JSON path after the file's name
+    (``traces/x.json: jobs[0].iterations[3].comm_start: ...``)."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise SpecError("trace", f"{path} is not JSON ({err})",
-                        "give a file written by Trace.save") from None
-    return Trace.from_dict(data)
+        raw = path.read_bytes()
+    except OSError as err:
+        raise SpecError(str(path), f"cannot be read ({err.strerror or err})",
+                        "check that the trace file exists and is readable") from None
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as err:     # JSONDecodeError, UnicodeDecodeError
+        problem = str(err) if isinstance(err, ValueError) else "nested too deeply"
+        raise SpecError(str(path), f"is not JSON ({problem})",
+                        "give a file written by Trace.save, or rerun the run that "
+                        "wrote it") from None
+    try:
+        return Trace.from_dict(data)
+    except SpecError as err:
+        # "trace" is Trace.from_dict's name for the whole document: here, the file.
+        where = str(path) if err.field == "trace" else f"{path}: {err.field}"
+        raise SpecError(where, err.problem, err.fix) from None
