@@ -109,31 +109,33 @@ def measure(jobs: int, iterations: int, scheme: str, policy: str, limit_s: float
     return result
 
 
-def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def plot(rows: list[dict], path: Path) -> list[Path]:
+    """Wall time and peak memory against concurrent jobs, one line per placement x
+    scheme (each its own colour, dashes and marker); a run stopped at the limit is
+    marked.  PNG and PDF."""
+    from mltcp.lab.common import plotting
 
-    fig, (wall, mem) = plt.subplots(1, 2, figsize=(9, 3.6))
-    for key in sorted({(r["policy"], r["scheme"]) for r in rows}):
+    fig, (wall, mem) = plotting.figure(1, 2, figsize=(9, 3.8))
+    for key, style in zip(sorted({(r["policy"], r["scheme"]) for r in rows}),
+                          plotting.styles(), strict=False):
         mine = [r for r in rows if (r["policy"], r["scheme"]) == key]
         xs = [r["jobs"] for r in mine]
         label = f"{key[1]}, {key[0]}"
-        wall.plot(xs, [r.get("wall_s", 0) for r in mine], "o-", label=label)
+        wall.plot(xs, [r.get("wall_s", 0) for r in mine], label=label, **style)
         for r in mine:
             if not r["finished"]:
-                wall.annotate("limit", (r["jobs"], r.get("wall_s", 0)), fontsize=7)
-        mem.plot(xs, [r.get("rss_mb", 0) for r in mine], "o-", label=label)
+                wall.annotate("stopped at the limit", (r["jobs"], r.get("wall_s", 0)),
+                              xytext=(-4, 4), textcoords="offset points", ha="right",
+                              fontsize=7)
+        mem.plot(xs, [r.get("rss_mb", 0) for r in mine], label=label, **style)
     for ax, label in ((wall, "wall s (to finish or to the limit)"), (mem, "peak RSS, MB")):
         ax.set_xscale("log")
         ax.set_xlabel("concurrent jobs")
         ax.set_ylabel(label)
-        ax.legend(fontsize=7)
+        plotting.legend(ax, fontsize=7)
     fig.suptitle(f"fluid engine, {rows[0]['iterations']} iterations per job, "
-                 f"{LEAVES * SERVERS_PER_LEAF * 8} GPUs", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+                 f"{LEAVES * SERVERS_PER_LEAF * 8} GPUs; one run per point", fontsize=9)
+    return plotting.save(fig, path)
 
 
 def main() -> int:
@@ -171,7 +173,7 @@ def main() -> int:
                                            "gpu_shares": GPU_SHARES},
                                "rows": rows}, indent=2))
     plot(rows, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    print(f"wrote {out}, {out.with_suffix('.png')} and {out.with_suffix('.pdf')}")
     return 0
 
 

@@ -5,7 +5,8 @@ by the fluid engine on deepshare-rl's cluster
 
     python bench/bench_cs_grid.py --out bench/results/cs-grid.json
 
-Writes the grids as JSON, the figure (cs-grid.png, deepshare-rl Fig. 1's layout) next to it, and
+Writes the grids as JSON, the figure (cs-grid.png and .pdf, deepshare-rl Fig. 1's layout)
+next to it, and
 prints each model pair's maximum CS, both networks, next to the paper's stated maxima.
 """
 

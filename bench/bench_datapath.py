@@ -170,31 +170,40 @@ def run(rounds: int, duration_s: float, rate_mbit: float, sender: str = "python"
     }
 
 
-def plot(report: dict, png: Path) -> None:
-    import matplotlib
+HATCHES = ("", "//", "\\\\", "xx", "..", "--")
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+
+def plot(report: dict, png: Path) -> list[Path]:
+    """Goodput and CPU per GB of each variant over native's: the median of the rounds
+    with their min-max range, each variant its own colour and hatch, N rounds in the
+    title.  PNG and PDF."""
+    from mltcp.lab.common import plotting
 
     names = list(report["summary"])
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
+    looks = [{"color": style["color"], "hatch": HATCHES[i % len(HATCHES)]}
+             for i, style in zip(range(len(names)), plotting.styles(), strict=False)]
+    fig, axes = plotting.figure(1, 3, figsize=(12, 4.0))
     for ax, key, title in ((axes[0], "goodput_ratio", "goodput / native"),
                            (axes[1], "cpu_per_gb_ratio", "host CPU per GB / native"),
                            (axes[2], "kernel_cpu_per_gb_ratio", "kernel CPU per GB / native")):
         med = [report["summary"][n][f"{key}_median"] for n in names]
         lo = [m - report["summary"][n][f"{key}_min"] for n, m in zip(names, med, strict=True)]
         hi = [report["summary"][n][f"{key}_max"] - m for n, m in zip(names, med, strict=True)]
-        ax.bar(names, med, yerr=[lo, hi], capsize=4, color=["#888", "#4a7", "#37a", "#c63"])
+        for x, (name, m, lo_x, hi_x, look) in enumerate(zip(names, med, lo, hi, looks,
+                                                             strict=True)):
+            ax.bar(x, m, yerr=[[lo_x], [hi_x]], capsize=4, edgecolor="black", linewidth=0.5,
+                   label=name, **look)
+        ax.set_xticks(range(len(names)), names)
         ax.axhline(1.0, color="k", lw=0.8)
-        ax.set_title(title)
+        ax.set_title(title, fontsize=10)
         ax.tick_params(axis="x", rotation=20)
     p = report["params"]
     link = (f"{p['rate_mbit']:g} Mbit/s netns bottleneck" if p["rate_mbit"]
             else "unshaped veth (CPU-bound)")
     fig.suptitle(f"MLTCP-CUBIC vs native cubic, {link}, {p.get('sender', 'python')} sender, "
-                 f"{p['rounds']} interleaved rounds x {p['duration_s']:g} s (median, min-max)")
-    fig.tight_layout()
-    fig.savefig(png, dpi=120)
+                 f"N={p['rounds']} interleaved rounds x {p['duration_s']:g} s "
+                 "(bar: median, whiskers: min-max)", fontsize=10)
+    return plotting.save(fig, png)
 
 
 def main() -> int:
@@ -221,7 +230,7 @@ def main() -> int:
               f"(x{s['cpu_per_gb_ratio_median']:.3f})  kernel CPU "
               f"{s['kernel_cpu_s_per_gb_median']:.3f} s/GB "
               f"(x{s['kernel_cpu_per_gb_ratio_median']:.3f})")
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    print(f"wrote {out}, {out.with_suffix('.png')} and {out.with_suffix('.pdf')}")
     return 0
 
 

@@ -14,7 +14,7 @@ second on this machine's 2 cores).
 Part 3, Cassini: the rotation search for N jobs on one link at 5 degrees (N = 2..10,
 random periods and phases, seeded), wall time per optimisation (median of rounds).
 
-Writes JSON and a PNG:
+Writes JSON and the figure (PNG and PDF):
 
     python bench/bench_fluid.py --out bench/results/fluid.json
 """
@@ -147,38 +147,43 @@ def cassini_times(rounds: int) -> list[dict]:
     return rows
 
 
-def plot(result: dict, path: Path) -> None:
-    import matplotlib
+def plot(result: dict, path: Path) -> list[Path]:
+    """Job-iterations per second against lanes (engine alone, and end to end) per
+    f_steps, and Cassini's optimisation time against jobs; each line its own colour,
+    dashes and marker, the medians' N rounds in the titles.  PNG and PDF."""
+    from mltcp.lab.common import plotting
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    rounds = result.get("rounds", "?")
+    fig, (ax1, ax2) = plotting.figure(1, 2, figsize=(10, 4.2))
+    styles = plotting.styles()
     for f_steps in F_STEPS:
         rows = [r for r in result["fluid"] if r["f_steps"] == f_steps]
-        ax1.loglog([r["lanes"] for r in rows], [r["engine_job_iterations_per_s"] for r in rows],
-                   marker="o", label=f"engine, f_steps={f_steps}")
+        ax1.plot([r["lanes"] for r in rows], [r["engine_job_iterations_per_s"] for r in rows],
+                 label=f"engine, f_steps={f_steps}", **next(styles))
         e2e = [r for r in rows if r["end_to_end_job_iterations_per_s"]]
-        ax1.loglog([r["lanes"] for r in e2e], [r["end_to_end_job_iterations_per_s"]
-                                               for r in e2e],
-                   marker="x", linestyle="--", label=f"+ traces, metrics, f_steps={f_steps}")
+        ax1.plot([r["lanes"] for r in e2e], [r["end_to_end_job_iterations_per_s"]
+                                             for r in e2e],
+                 label=f"+ traces, metrics, f_steps={f_steps}", **next(styles))
+    ax1.set_xscale("log")
+    ax1.set_yscale("log")
     ax1.axhline(1e5, color="grey", linestyle=":", label="target 1e5")
     ax1.set_xlabel("lanes (runs per batch)")
     ax1.set_ylabel("job-iterations per second")
-    ax1.set_title("fluid model, compatible pair, MLTCP-CUBIC", fontsize="medium")
-    ax1.legend(fontsize="x-small")
+    ax1.set_title(f"fluid model, compatible pair, MLTCP-CUBIC (median of N={rounds} rounds)",
+                  fontsize="medium")
+    plotting.legend(ax1, fontsize="x-small")
     ax1.grid(alpha=0.3, which="both")
     rows = result["cassini"]
-    ax2.plot([r["jobs"] for r in rows], [r["median_s"] * 1000 for r in rows], marker="o")
+    ax2.plot([r["jobs"] for r in rows], [r["median_s"] * 1000 for r in rows],
+             label="median", **next(plotting.styles()))
     ax2.axhline(1000, color="grey", linestyle=":", label="target 1 s")
     ax2.set_xlabel("jobs on one link")
     ax2.set_ylabel("optimisation time (ms)")
-    ax2.set_title("Cassini rotation search at 5 degrees", fontsize="medium")
-    ax2.legend(fontsize="x-small")
+    ax2.set_title(f"Cassini rotation search at 5 degrees (median of N={rounds} rounds)",
+                  fontsize="medium")
+    plotting.legend(ax2, fontsize="x-small")
     ax2.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return plotting.save(fig, path)
 
 
 def main() -> None:
@@ -197,7 +202,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     plot(result, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    print(f"wrote {out}, {out.with_suffix('.png')} and {out.with_suffix('.pdf')}")
 
 
 if __name__ == "__main__":

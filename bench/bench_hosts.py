@@ -18,7 +18,7 @@ every worker's output).  Three parts, each its own `mltcp compare` output direct
   with the hook's end-of-iteration signal (job a), in the same runs.
 
 Writes ``OUT/<part>/`` (traces, report.json, summary.md, plots) and ``OUT/hosts.json``
-(every figure of the note) with ``OUT/counting.png``.  Needs root, the netns fabric,
+(every figure of the note) with ``OUT/counting.png`` (and ``.pdf``).  Needs root, the netns fabric,
 OpenSSH and mltcp[torch] (``bash scripts/setup.sh``); nothing else may use the
 datapath or the namespaces meanwhile.
 
@@ -144,29 +144,37 @@ def summary(report: dict) -> dict:
     return out
 
 
-def plot_counting(rows: list[dict], path: Path) -> None:
+def plot_counting(rows: list[dict], path: Path) -> list[Path]:
     """Per workload and rule: iterations miscounted, and how many of the datapath's last
-    boundaries cut an iteration short (a tail counted apart)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    boundaries cut an iteration short (a tail counted apart).  The two rules in their
+    own colour and hatch; PNG and PDF."""
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
 
+    from mltcp.lab.common import plotting
+
+    styles = plotting.styles()
+    look = {rule: {"color": next(styles)["color"], "hatch": hatch}
+            for rule, hatch in (("gap", ""), ("signal", "//"))}
     labels = [f"{r['workload']}\n{r['rule']} rule" for r in rows]
-    colors = ["tab:orange" if r["rule"] == "signal" else "tab:blue" for r in rows]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(6, len(rows) * 1.3), 5.5),
-                                      sharex=True)
+    fig, (top, bottom) = plotting.figure(2, 1, figsize=(max(6, len(rows) * 1.3), 5.8),
+                                         sharex=True)
     xs = list(range(len(rows)))
-    top.bar(xs, [r["miscounted"] for r in rows], 0.6, color=colors)
+    for ax, key in ((top, "miscounted"), (bottom, "short_boundaries_of_last")):
+        for x, r in zip(xs, rows, strict=True):
+            ax.bar(x, r[key], 0.6, edgecolor="black", linewidth=0.5, **look[r["rule"]])
     top.set_ylabel(f"iterations miscounted\n(of {rows[0]['hook_iterations']})")
     top.axhline(0.0, color="k", lw=0.8)
-    bottom.bar(xs, [r["short_boundaries_of_last"] for r in rows], 0.6, color=colors)
     bottom.set_ylabel("short boundaries\nof the last 8")
     bottom.set_xticks(xs, labels, fontsize=8)
-    top.set_title("datapath vs training-loop hook (blue: idle-gap rule, orange: signal)",
+    for ax in (top, bottom):
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))      # counts
+    top.set_title("datapath vs training-loop hook (each bar: one job of one run)",
                   fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    top.legend(handles=[Patch(facecolor=v["color"], hatch=v["hatch"], edgecolor="black",
+                              label=f"{rule} rule") for rule, v in look.items()],
+               fontsize="small")
+    return plotting.save(fig, path)
 
 
 def main() -> int:

@@ -69,31 +69,39 @@ def measure(ccs: list[str], rounds: int, seconds: float) -> dict:
     return {"per_cc": summary, "runs": per_cc}
 
 
-def plot(report: dict, before: dict | None, png: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def plot(report: dict, before: dict | None, png: Path) -> list[Path]:
+    """Per CC and minute: episodes, bursts and drops, this run beside ``before`` (each
+    series its own colour and hatch); the rounds each bar is over in the title.  PNG and
+    PDF (mltcp.lab.common.plotting)."""
+    from mltcp.lab.common import plotting
 
     ccs = list(report["per_cc"])
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    series = ([(before, before.get("label", "before"), "//")] if before else []) + \
+        [(report, report.get("label", "this run"), "")]
+    width = 0.8 / len(series)
+    fig, axes = plotting.figure(1, 3, figsize=(15, 4.2))
     for ax, key, title in ((axes[0], "episodes_per_minute", "episodes: garbage ssthresh/cwnd held"),
                            (axes[1], "bursts_per_minute", "bursts: TCP sent under a garbage cwnd"),
                            (axes[2], "drops_per_minute", "bottleneck drops")):
-        width = 0.4 if before else 0.8
-        xs = range(len(ccs))
-        if before:
-            ax.bar([x - width / 2 for x in xs],
-                   [before["per_cc"].get(cc, {}).get(key, 0) for cc in ccs], width,
-                   label=before.get("label", "before"), color="tab:red")
-        ax.bar([x + (width / 2 if before else 0) for x in xs],
-               [report["per_cc"][cc][key] for cc in ccs], width,
-               label=report.get("label", "this run"), color="tab:blue")
-        ax.set_xticks(list(xs), ccs, rotation=20)
+        for i, ((data, label, hatch), style) in enumerate(zip(series, plotting.styles(),
+                                                               strict=False)):
+            rounds = _rounds(data)
+            ax.bar([x + (i - (len(series) - 1) / 2) * width for x in range(len(ccs))],
+                   [data["per_cc"].get(cc, {}).get(key, 0) for cc in ccs], width,
+                   label=plotting.with_n(label, rounds, "rounds") if rounds else label,
+                   color=style["color"], hatch=hatch, edgecolor="black", linewidth=0.5)
+        ax.set_xticks(list(range(len(ccs))), ccs, rotation=20)
         ax.set_ylabel("per minute of two ECN-marked flows")
-        ax.set_title(title)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(png, dpi=120)
+        ax.set_title(title, fontsize=10)
+    # one legend for the three panels, above them, where it hides no bar
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside upper center",
+               ncols=len(series), fontsize="small")
+    return plotting.save(fig, png)
+
+
+def _rounds(report: dict) -> int:
+    """The rounds a report's per-minute figures are over (0: not recorded)."""
+    return max((len(v) for v in report.get("runs", {}).values()), default=0)
 
 
 def main() -> int:
@@ -124,7 +132,7 @@ def main() -> int:
     for cc, s in report["per_cc"].items():
         print(f"{cc:<12} {s['garbage_per_minute']:>11.2f} {s['episodes_per_minute']:>12.2f} "
               f"{s['bursts_per_minute']:>10.2f} {s['reductions']:>10} {s['drops']:>7}")
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    print(f"wrote {out}, {out.with_suffix('.png')} and {out.with_suffix('.pdf')}")
     return 0
 
 

@@ -87,28 +87,29 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     _plot(result, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    print(f"wrote {out}, {out.with_suffix('.png')} and {out.with_suffix('.pdf')}")
 
 
-def _plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def _plot(result: dict, path: Path) -> list[Path]:
+    """Per variant, the median run's start-up and simulation, stacked (each part its
+    own colour and hatch); N rounds in the title.  PNG and PDF."""
+    from mltcp.lab.common import plotting
 
     names = list(result["variants"])
-    fig, ax = plt.subplots(figsize=(8, 3.5))
     v = result["variants"]
-    ax.bar(names, [v[n]["startup_s_median"] for n in names], label="import + compile")
-    ax.bar(names, [v[n]["simulation_wall_s_median"] for n in names],
-           bottom=[v[n]["startup_s_median"] for n in names], label="simulation")
+    fig, ax = plotting.figure(figsize=(8, 3.8))
+    startup = [v[n]["startup_s_median"] for n in names]
+    parts = (("import + compile", startup, None, "//"),
+             ("simulation", [v[n]["simulation_wall_s_median"] for n in names], startup, ""))
+    for (label, heights, bottom, hatch), style in zip(parts, plotting.styles(), strict=False):
+        ax.bar(names, heights, bottom=bottom, label=label, color=style["color"], hatch=hatch,
+               edgecolor="black", linewidth=0.5)
     ax.tick_params(axis="x", labelrotation=45, labelsize="small")
     ax.set_ylabel("wall seconds per run (median)")
-    ax.set_title("ns-3 per-run cost, MLTCP classes vs native", fontsize="medium")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    ax.set_title(f"ns-3 per-run cost, MLTCP classes vs native "
+                 f"(median of N={result['rounds']} rounds)", fontsize="medium")
+    plotting.legend(ax)
+    return plotting.save(fig, path)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ policy's inference time per decision, and its training time (from the policy's r
     python bench/bench_rl_scheduler.py --sets 0-9 --parallel 2 \\
         --out bench/results/rl-scheduler.json
 
-Writes the JSON, ``rl-scheduler.png`` (mean JCT and time on GPUs per scheduler) and a
-markdown summary next to it.
+Writes the JSON, ``rl-scheduler.png``/``.pdf`` (mean JCT and time on GPUs per scheduler,
+with their 95 % intervals over the job sets) and a markdown summary next to it.
 """
 
 from __future__ import annotations
@@ -72,30 +72,53 @@ def inference_time(policy: str | None, sets: list[int]) -> dict:
             "run_s": time.monotonic() - t0}
 
 
-def plot(summary: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+HATCHES = ("", "//", "\\\\", "xx", "..", "--")
+
+
+def plot(summary: dict, path: Path) -> list[Path]:
+    """Mean JCT and mean time on GPUs per scheduler and network, one panel per trace:
+    each scheduler's bar its own colour and hatch, the 95 % bootstrap interval over the
+    job sets as error bars, N job sets in each title.  PNG and PDF."""
+    from mltcp.lab.common import plotting
 
     traces = list(summary)
     networks = list(next(iter(summary.values()))["cells"])
-    fig, axes = plt.subplots(2, len(traces), figsize=(4.2 * len(traces), 7), squeeze=False)
+    fig, axes = plotting.figure(2, len(traces), figsize=(4.4 * len(traces), 7.4),
+                                squeeze=False)
     width = 0.8 / len(SCHEDULERS)
     for col, trace in enumerate(traces):
         for row, (key, label) in enumerate((("jct_mean_s", "mean JCT (h)"),
                                             ("held_mean_s", "mean time on GPUs (h)"))):
             ax = axes[row][col]
-            for i, sched in enumerate(SCHEDULERS):
-                ys = [summary[trace]["cells"][net][sched][key] / 3600 for net in networks]
-                ax.bar(np.arange(len(networks)) + i * width, ys, width, label=sched)
+            for i, (sched, style) in enumerate(zip(SCHEDULERS, plotting.styles(),
+                                                   strict=False)):
+                cells = [summary[trace]["cells"][net][sched][key] / 3600 for net in networks]
+                spreads = [summary[trace].get("spread", {}).get(net, {}).get(sched, {})
+                           .get(key) for net in networks]
+                ax.bar(np.arange(len(networks)) + i * width, cells, width, label=sched,
+                       color=style["color"], hatch=HATCHES[i % len(HATCHES)],
+                       edgecolor="black", linewidth=0.5, yerr=_errors(cells, spreads),
+                       capsize=2, error_kw={"linewidth": 0.8})
             ax.set_xticks(np.arange(len(networks)) + 0.4 - width / 2, networks)
             ax.set_ylabel(label)
-            ax.set_title(f"{trace} trace")
+            ax.set_title(f"{trace} trace, N={len(summary[trace]['sets'])} job sets "
+                         "(bars: 95 % CI)", fontsize=9)
             ax.grid(axis="y", alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside upper center",
+               ncols=min(len(SCHEDULERS), 2 * len(traces)), fontsize="small")
+    return plotting.save(fig, path)
+
+
+def _errors(means: list[float], spreads: list[dict | None]) -> list[list[float]] | None:
+    """Error bars (in hours, below and above) from each bar's interval in seconds; None
+    where no bar has one (a single job set)."""
+    if not any(sp and sp.get("ci_lo") is not None for sp in spreads):
+        return None
+    lo = [m - sp["ci_lo"] / 3600 if sp and sp.get("ci_lo") is not None else 0.0
+          for m, sp in zip(means, spreads, strict=True)]
+    hi = [sp["ci_hi"] / 3600 - m if sp and sp.get("ci_hi") is not None else 0.0
+          for m, sp in zip(means, spreads, strict=True)]
+    return [lo, hi]
 
 
 def markdown(summary: dict, timing: dict) -> str:
@@ -157,6 +180,8 @@ def main() -> int:
             "sets": sets,
             "cells": {net: {s: {m: by_cell[s, net][m] for m in METRICS} for s in SCHEDULERS}
                       for net in networks},
+            "spread": {net: {s: {m: by_cell[s, net]["spread"][m] for m in METRICS}
+                             for s in SCHEDULERS} for net in networks},
             "reductions": {net: {rl: reductions(by_cell, net, rl)
                                  for rl in ("rl-base", "rl-hybrid")} for net in networks},
             "vs_fair": rep["vs_fair"], "paper_figures": rep["paper_figures"]}

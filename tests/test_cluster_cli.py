@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,7 +33,16 @@ def test_the_example_runs_into_a_directory(tmp_path: Path, capsys: pytest.Captur
     assert (out / "summary.md").read_text().count("| fifo/random |") == 3
     assert (out / "jct_cdf.png").stat().st_size > 5000
     assert (out / "slowdown_cdf.png").stat().st_size > 5000
+    assert (out / "jct_cdf.pdf").is_file() and (out / "slowdown_cdf.pdf").is_file()
+    assert len(list(out.glob("jobs.*"))) == 1 and len(list(out.glob("cells.*"))) == 1
     assert f"{runs} runs -> {out / 'report.json'}" in stdout
+    manifest = json.loads((out / "runset.json").read_text())
+    assert (manifest["kind"], manifest["name"], manifest["backend"]) == ("cluster", "small",
+                                                                        "cluster-sim")
+    assert set(manifest["schemes"]) == set(cfg.networks)
+    assert manifest["invocations"][0]["argv"] == ["mltcp", "cluster", "run", "small",
+                                                  "--out", str(out)]
+    assert report["runset"] == manifest and report["partial"] is None
 
 
 def test_a_config_given_by_path_runs_the_same(tmp_path: Path) -> None:
@@ -141,4 +151,126 @@ def test_rl_train_writes_a_policy_and_the_command_that_reproduces_it(
     assert record["command"].startswith("mltcp cluster rl-train --out ")
     assert "--timesteps 96" in record["command"] and "--round-s 30.0" in record["command"]
     assert (out / "tiny.zip").is_file() and (out / "tiny-curves.png").is_file()
+    assert (out / "tiny-curves.pdf").read_bytes()[:5] == b"%PDF-"
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]   # no temporaries
     assert "rl-base@" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- run sets
+
+
+def test_a_directory_of_another_run_set_is_refused_unless_forced(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "out"
+    assert main(["cluster", "run", "small", "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    first = json.loads(before["runset.json"])
+    other = tmp_path / "other.toml"        # the same name, other jobs: another run set
+    other.write_text(SMALL.read_text().replace("iterations = [20, 40]", "iterations = [5, 10]"))
+    capsys.readouterr()
+    assert main(["cluster", "run", str(other), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("mltcp: error: --out: ")
+    assert "holds another run set: cluster small" in err and "--force" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before    # untouched, no run
+
+    assert main(["cluster", "run", str(other), "--out", str(out), "--force"]) == 0
+    manifest = json.loads((out / "runset.json").read_text())
+    assert manifest["digest"] != first["digest"] and len(manifest["invocations"]) == 1
+    written = json.loads((out / "report.json").read_text())
+    assert written["config"]["jobs"]["poisson"]["iterations"] == [5, 10]
+
+    # the same config again adds an invocation to the same run set, no flag needed
+    assert main(["cluster", "run", str(other), "--out", str(out)]) == 0
+    again = json.loads((out / "runset.json").read_text())
+    assert again["digest"] == manifest["digest"] and len(again["invocations"]) == 2
+
+
+def test_results_without_a_manifest_are_refused(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "report.json").write_text("{}")
+    (tmp_path / "notes.txt").write_text("mine")
+    assert main(["cluster", "run", "small", "--out", str(tmp_path)]) == 2
+    assert "results without a runset.json" in capsys.readouterr().err
+    assert main(["cluster", "run", "small", "--out", str(tmp_path), "--force"]) == 0
+    assert (tmp_path / "notes.txt").read_text() == "mine"            # not a result
+
+
+# --------------------------------------------------------------------------- interrupted
+
+
+def _interrupt_third_run(monkeypatch: pytest.MonkeyPatch, stop: Any) -> None:
+    """Make the experiment's third run call ``stop`` (raise or send a signal) first."""
+    from mltcp.lab.cluster.experiments import runner
+
+    calls: list[int] = []
+    simulate = runner.simulate
+
+    def interrupted(*a: Any, **kw: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 3:
+            stop()
+        return simulate(*a, **kw)
+
+    monkeypatch.setattr(runner, "simulate", interrupted)
+
+
+@pytest.fixture
+def signal_handlers() -> Any:
+    """The teardown signals' handlers put back after a test that ended the CLI by one
+    (the CLI leaves them ignored on its way out: mltcp.core.signals)."""
+    import signal
+
+    from mltcp.core import signals
+
+    before = {s: signal.getsignal(s) for s in signals.TEARDOWN_SIGNALS}
+    yield
+    for s, handler in before.items():
+        signal.signal(s, handler)
+
+
+def test_ctrl_c_writes_a_partial_report_and_exits_130(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch,
+        signal_handlers: Any) -> None:
+    def ctrl_c() -> None:
+        raise KeyboardInterrupt
+
+    _interrupt_third_run(monkeypatch, ctrl_c)
+    out = tmp_path / "out"
+    assert main(["cluster", "run", "small", "--out", str(out)]) == 130
+    stdout, stderr = capsys.readouterr()
+    assert stderr.splitlines()[-1] == (f"mltcp: interrupted (SIGINT) after 2 of 4 runs: "
+                                       f"partial report in {out / 'report.json'}")
+    assert "| scheduler |" not in stdout                 # no table of a whole experiment
+    report = json.loads((out / "report.json").read_text())
+    assert report["partial"] == {"runs_done": 2, "runs_total": 4} and len(report["runs"]) == 2
+    assert (out / "summary.md").read_text().startswith("**PARTIAL: interrupted after 2 of 4")
+    assert (out / "jct_cdf.png").is_file() and len(list(out.glob("jobs.*"))) == 1
+
+
+def test_sigterm_unwinds_the_same_way_and_exits_143(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch,
+        signal_handlers: Any) -> None:
+    import os
+    import signal
+
+    _interrupt_third_run(monkeypatch, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    out = tmp_path / "out"
+    assert main(["cluster", "run", "small", "--out", str(out)]) == 143
+    assert "interrupted (SIGTERM) after 2 of 4 runs: partial report in" in \
+        capsys.readouterr().err
+    assert json.loads((out / "report.json").read_text())["partial"]["runs_done"] == 2
+
+
+def test_interrupted_before_any_run_finished_writes_no_report(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch,
+        signal_handlers: Any) -> None:
+    from mltcp.lab.cluster.experiments import runner
+
+    def ctrl_c(*a: Any, **kw: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "simulate", ctrl_c)
+    assert main(["cluster", "run", "small", "--out", str(tmp_path)]) == 130
+    assert "after 0 of 4 runs: no report written" in capsys.readouterr().err
+    assert not (tmp_path / "report.json").exists()

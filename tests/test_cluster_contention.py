@@ -190,3 +190,16 @@ def test_grid_cells_are_the_pairs_cs():
     b = wide.block("deepshare/fsdp", "deepshare/fsdp")
     assert b[0, 2] == pytest.approx(b[1, 2], rel=1e-3)
     assert b[0, 0] != pytest.approx(b[0, 2], rel=1e-3)
+
+
+def test_the_grid_figure_is_written_as_png_and_pdf(tmp_path):
+    from mltcp.lab.cluster.papers.deepshare_rl.contention import CSGrid, plot_cs_grids
+
+    shapes = ((2, 1), (4, 1))
+    cs = tuple(tuple(np.full((2, 2), 1.0 + 0.1 * (i + j)) for j in range(2)) for i in range(2))
+    grids = [CSGrid(("deepshare/lm", "deepshare/fsdp"), net, shapes, cs)
+             for net in ("fair", "mltcp")]
+    written = plot_cs_grids(grids, str(tmp_path / "cs-grid.png"))
+    assert written == [tmp_path / "cs-grid.png", tmp_path / "cs-grid.pdf"]
+    assert (tmp_path / "cs-grid.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "cs-grid.pdf").read_bytes()[:5] == b"%PDF-"

@@ -37,7 +37,8 @@ def test_higher_is_better_and_unmodelled_figures_say_so() -> None:
     assert headline and all(r.ours.startswith("not modelled") for r in headline)
     table = paper_compare.table(paper_compare.rows("cassini-poisson", {}))
     assert table.count("\n") == len(setups.setup("cassini-poisson").results) + 1
-    assert table.startswith("| paper figure | context | paper | ours | our cells |")
+    assert table.startswith("| paper figure | context | paper | ours [95 % CI] (N seeds) "
+                            "| our cells |")
 
 
 def test_figures_of_another_experiment_of_the_paper_are_not_matched() -> None:
@@ -65,3 +66,35 @@ def test_deepshare_rls_jct_is_compared_as_end_minus_arrival_and_as_time_on_gpus(
     assert rows["RL-base", "SRTF", "p90 JCT (time on GPUs)"].ours_pct == pytest.approx(50.0)
     assert rows["RL-base", "LAS", "p90 JCT"].ours.startswith("not run here")
     assert not paper_compare.rows("deepshare-heavy", cells)       # plotted only
+
+
+def test_given_the_seeds_ours_carries_n_and_a_paired_interval() -> None:
+    from mltcp.lab.common import stats
+
+    mine = {0: 800.0, 1: 900.0, 2: 760.0}          # ada-dual's mean JCT per seed
+    base = {0: 1000.0, 1: 1050.0, 2: 990.0}        # srsf-1's
+    util_mine, util_base = {0: 0.6, 1: 0.62, 2: 0.58}, {0: 0.5, 1: 0.55, 2: 0.5}
+    per_seed = {("ada-srsf", "ada-dual"): {s: {"jct_mean_s": mine[s],
+                                               "gpu_utilisation": util_mine[s]} for s in mine},
+                ("ada-srsf", "srsf-1"): {s: {"jct_mean_s": base[s],
+                                             "gpu_utilisation": util_base[s]} for s in base}}
+    cells = {cell: {k: sum(v[k] for v in runs.values()) / 3 for k in ("jct_mean_s",
+                                                                       "gpu_utilisation")}
+             for cell, runs in per_seed.items()}
+    rows = paper_compare.rows("ada-srsf", cells, per_seed)
+    jct = next(r for r in rows if (r.scheme, r.baseline, r.metric)
+               == ("Ada-SRSF", "SRSF(1)", "average JCT"))
+    ratio = stats.bootstrap_ratio(list(mine.values()), list(base.values()))
+    assert jct.n == 3 and jct.ours_ci == pytest.approx((100 * (1 - ratio.hi),
+                                                        100 * (1 - ratio.lo)))
+    assert jct.ours_ci[0] <= jct.ours_pct <= jct.ours_ci[1]
+    util = next(r for r in rows if r.metric == "average GPU utilisation"
+                and r.baseline == "SRSF(1)")
+    assert util.ours_ci[0] <= util.ours_pct <= util.ours_ci[1] and util.ours_pct > 0
+    line = next(x for x in paper_compare.table(rows).splitlines()
+                if "Ada-SRSF vs SRSF(1), average JCT" in x)
+    assert (f"{jct.ours_pct:+.1f} % [{jct.ours_ci[0]:+.1f}, {jct.ours_ci[1]:+.1f}] (N=3)"
+            in line)
+    # a row of a report written before intervals (no n, no ours_ci) still reads
+    old = {k: v for k, v in jct.to_json().items() if k not in ("n", "ours_ci")}
+    assert paper_compare.Row(**old).ours_ci is None

@@ -269,13 +269,16 @@ def test_an_experiment_writes_json_markdown_and_plots_that_agree(tmp_path: Path)
 
     md = (out / "summary.md").read_text()
     for (sched, net), c in cells.items():
-        assert f"| {sched} | {net} | {report._seconds(c['jct_mean_s'])} |" in md
+        assert f"| {sched} | {net} | 1 | {report._seconds(c['jct_mean_s'])} |" in md
     for r in saved["vs_fair"]:
-        assert f"| {r['scheduler']} | mltcp | {r['jct_mean_ratio']:.3f} |" in md
-    for name in ("jct_cdf.png", "slowdown_cdf.png"):
-        data = (out / name).read_bytes()
+        assert f"| {r['scheduler']} | mltcp | 1 | {r['jct_mean_ratio']:.3f} |" in md
+    assert saved["partial"] is None and not md.startswith("**PARTIAL")
+    for name in ("jct_cdf", "slowdown_cdf"):
+        data = (out / f"{name}.png").read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
-        assert f"]({name})" in md
+        assert (out / f"{name}.pdf").read_bytes()[:5] == b"%PDF-"
+        assert f"]({name}.png)" in md
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]     # no temporaries
 
 
 def test_cells_are_means_over_seeds_and_no_fair_means_no_ratios(tmp_path: Path) -> None:
@@ -325,7 +328,7 @@ def test_a_paper_setup_experiment_puts_the_papers_figures_next_to_ours(tmp_path:
                                "networks": ["ada-dual", "srsf-1"],
                                "jobs": {"setup": {"name": "ada-srsf", "first": 3}}})
     written = report.write(experiment.execute(cfg, progress=None), tmp_path)
-    assert written["schema"] == "mltcp.cluster/2"
+    assert written["schema"] == report.SCHEMA
     figures = written["paper_figures"]
     assert len(figures) == len(setups.setup("ada-srsf").results)
     cells = {(c["scheduler"], c["network"]): c for c in written["cells"]}
@@ -357,3 +360,244 @@ def test_a_scheduler_spec_is_parsed_once_and_each_run_builds_its_own(
     experiment.execute(cfg, progress=None)
     assert len(built) == 4                           # 2 networks x 2 seeds, one each
     assert len({id(s) for s in built}) == 4
+
+
+# --------------------------------------------------------------------------- spread
+
+
+def test_every_mean_over_seeds_carries_n_and_a_bootstrap_interval(tmp_path: Path) -> None:
+    from mltcp.lab.common import stats
+
+    cfg = config.parse_config(_data(schedulers=["fifo/random"], seeds=[0, 1, 2]))
+    rep = report.write(experiment.execute(cfg, progress=None), tmp_path)
+    per_run = {(r["network"], r["seed"]): r["metrics"] for r in rep["runs"]}
+    assert rep["settings"] == {"confidence": stats.LEVEL,
+                               "bootstrap_resamples": stats.RESAMPLES}
+    for cell in rep["cells"]:
+        assert cell["n"] == 3 and cell["seeds"] == [0, 1, 2]
+        for m in report.METRICS:
+            spread = cell["spread"][m]
+            values = [per_run[cell["network"], s][m] for s in (0, 1, 2)]
+            assert spread == stats.bootstrap(values).to_dict()
+            assert spread["n"] == 3 and cell[m] == spread["mean"]
+            assert spread["ci_lo"] <= spread["mean"] <= spread["ci_hi"]
+        assert cell["spread"]["jct_mean_s"]["ci_lo"] < cell["spread"]["jct_mean_s"]["ci_hi"]
+    [ratios] = rep["vs_fair"]
+    assert ratios["n"] == 3
+    for name, metric in report.RATIOS.items():
+        mine = [per_run["mltcp", s][metric] for s in (0, 1, 2)]
+        fair = [per_run["fair", s][metric] for s in (0, 1, 2)]
+        assert ratios[name] == pytest.approx(np.mean(mine) / np.mean(fair))
+        spread = ratios["spread"][name]
+        assert spread == stats.bootstrap_ratio(mine, fair).to_dict()
+        assert spread["ci_lo"] <= ratios[name] <= spread["ci_hi"]
+    md = (tmp_path / "summary.md").read_text()
+    assert "N = seeds per cell; [lo, hi] = the 95% bootstrap confidence interval" in md
+    jct = rep["cells"][0]["spread"]["jct_mean_s"]
+    assert (f"| fifo/random | fair | 3 | {report._sec(jct['mean'])} "
+            f"[{report._sec(jct['ci_lo'])}, {report._sec(jct['ci_hi'])}] s |") in md
+    r = ratios["spread"]["jct_mean_ratio"]
+    assert f"| 3 | {r['mean']:.3f} [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] |" in md
+
+
+def test_a_metric_a_run_lacks_is_left_out_of_n_not_counted_as_zero() -> None:
+    jobs = (JobOutcome("a", 4, 1, 0.0, 1.0, 5.0, dedicated_s=2.0, held_s=4.0),)
+    none = (JobOutcome("a", 4, 1, 0.0, 1.0, 3.0, dedicated_s=0.0, held_s=2.0),)
+    cfg = config.parse_config(_data(schedulers=["fifo/random"], networks=["fair"],
+                                    seeds=[0, 1]))
+    runs = ((experiment.RunKey("fifo/random", "fair", 0), ClusterResult(jobs, 8, 0)),
+            (experiment.RunKey("fifo/random", "fair", 1), ClusterResult(none, 8, 0)))
+    [cell] = report.build(experiment.ExperimentResult(cfg, runs))["cells"]
+    assert cell["n"] == 2 and cell["spread"]["jct_mean_s"]["n"] == 2
+    assert cell["slowdown_mean"] == pytest.approx(2.5)           # seed 0's alone
+    assert cell["spread"]["slowdown_mean"] == {"n": 1, "mean": pytest.approx(2.5),
+                                               "ci_lo": None, "ci_hi": None, "level": 0.95}
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _number(value: Any) -> Any:
+    """A table's value as written (CSV gives strings back; empty is None)."""
+    if value in ("", None):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return value
+
+
+@pytest.mark.parametrize("parquet", [True, False])
+def test_the_tidy_tables_hold_a_row_per_job_per_run_and_per_cell(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parquet: bool) -> None:
+    from mltcp.lab.common import tables
+
+    if parquet:
+        pytest.importorskip("pyarrow", reason="pyarrow (the sweep extra) is not installed")
+    else:
+        monkeypatch.setattr(tables, "has_parquet", lambda: False)
+        (tmp_path / "jobs.parquet").write_text("stale")          # an earlier report's
+    cfg = config.parse_config(_data(jobs={"trace": str(_trace(tmp_path))}, seeds=[0, 1]))
+    rep = report.write(experiment.execute(cfg, progress=None), tmp_path)
+    suffix = ".parquet" if parquet else ".csv"
+    assert sorted(p.name for p in tmp_path.glob("*s.*") if p.stem in ("jobs", "cells")) == \
+        [f"cells{suffix}", f"jobs{suffix}"]                     # the other format is gone
+    assert f"`jobs{suffix}`, `cells{suffix}`" in (tmp_path / "summary.md").read_text()
+
+    jobs = tables.read_table(tmp_path / f"jobs{suffix}")
+    assert list(jobs[0]) == report.job_columns()
+    assert len(jobs) == 2 * 2 * 2 * 4               # schedulers x networks x seeds x jobs
+    assert {"arrival_s", "start_s", "end_s", "jct_s", "jwt_s", "slowdown", "gpus",
+            "held_s", "dedicated_s", "preemptions", "model"} <= set(jobs[0])
+    written = {(r["scheduler"], r["network"], int(_number(r["seed"])), r["job"]): r
+               for r in jobs}
+    for run in rep["runs"]:
+        for job in run["jobs"]:
+            row = written[run["scheduler"], run["network"], run["seed"], job["name"]]
+            for key in ("arrival_s", "start_s", "end_s", "jct_s", "slowdown", "gpus"):
+                assert _number(row[key]) == pytest.approx(job[key])
+
+    cells = tables.read_table(tmp_path / f"cells{suffix}")
+    assert list(cells[0]) == report.cell_columns() and len(cells) == len(rep["cells"]) == 4
+    by_cell = {(c["scheduler"], c["network"]): c for c in rep["cells"]}
+    for row in cells:
+        cell = by_cell[row["scheduler"], row["network"]]
+        assert _number(row["n"]) == 2
+        for m in report.METRICS:
+            for part in ("mean", "ci_lo", "ci_hi"):
+                assert _number(row[f"{m}_{part}"]) == pytest.approx(cell["spread"][m][part])
+        ratio = _number(row["jct_mean_ratio_mean"])
+        if row["network"] == "fair":
+            assert ratio is None
+        else:
+            assert ratio == pytest.approx(next(
+                r["jct_mean_ratio"] for r in rep["vs_fair"]
+                if r["scheduler"] == row["scheduler"]))
+
+
+# --------------------------------------------------------------------------- interrupted
+
+
+def _stop_after(runs: int, stop: BaseException) -> Any:
+    """A progress callback that raises ``stop`` once ``runs`` runs have finished."""
+    def progress(done: int, total: int, key: Any, result: Any, elapsed: float) -> None:
+        if done == runs:
+            raise stop
+    return progress
+
+
+def test_an_interrupted_experiment_keeps_its_finished_runs_in_a_partial_report(
+        tmp_path: Path) -> None:
+    import signal
+
+    cfg = config.parse_config(_data(jobs={"trace": str(_trace(tmp_path))}))
+    whole = experiment.execute(cfg, progress=None)
+    with pytest.raises(experiment.RunsInterrupted) as stopped:
+        experiment.execute(cfg, progress=_stop_after(2, KeyboardInterrupt()))
+    assert isinstance(stopped.value, KeyboardInterrupt)
+    assert stopped.value.signo == signal.SIGINT and stopped.value.exit_code == 130
+    partial = stopped.value.result
+    assert partial.runs == whole.runs[:2] and partial.runs_total == 4
+    assert partial.partial == {"runs_done": 2, "runs_total": 4} and not partial.complete
+
+    out = tmp_path / "out"
+    rep = report.write(partial, out)
+    saved = json.loads((out / "report.json").read_text())
+    assert saved["partial"] == {"runs_done": 2, "runs_total": 4} == rep["partial"]
+    assert len(saved["runs"]) == 2
+    # both finished runs are fifo/first_fit's (schedulers outermost): its two cells
+    assert [(c["scheduler"], c["network"], c["n"]) for c in saved["cells"]] == [
+        ("fifo/first_fit", "fair", 1), ("fifo/first_fit", "mltcp", 1)]
+    assert [r["scheduler"] for r in saved["vs_fair"]] == ["fifo/first_fit"]
+    md = (out / "summary.md").read_text()
+    assert md.splitlines()[0].startswith("**PARTIAL: interrupted after 2 of 4 runs.**")
+    assert "| srtf/first_fit+backfill |" not in md
+    assert (out / "jct_cdf.png").stat().st_size > 5000 and (out / "slowdown_cdf.pdf").is_file()
+    from mltcp.lab.common import tables
+    assert len(tables.read_table(next(out.glob("jobs.*")))) == 2 * 4
+
+
+def test_a_teardown_signal_carries_its_own_exit_code() -> None:
+    import signal
+
+    from mltcp.core.signals import Terminated
+
+    cfg = config.parse_config(_data(schedulers=["fifo/first_fit"], networks=["fair"]))
+    with pytest.raises(experiment.RunsInterrupted) as stopped:
+        experiment.execute(cfg, progress=_stop_after(1, Terminated(signal.SIGTERM)))
+    assert stopped.value.signo == signal.SIGTERM and stopped.value.exit_code == 143
+    # the only run finished: the result is whole, nothing is partial
+    assert len(stopped.value.result.runs) == 1 and stopped.value.result.partial is None
+
+
+def test_an_interrupted_dask_experiment_keeps_what_finished_and_cancels_the_rest(
+        tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed", reason="dask (the sweep extra) is not "
+                                                            "installed")
+    cfg = config.parse_config(_data(jobs={"trace": str(_trace(tmp_path))}, seeds=[0, 1]))
+    whole = dict(experiment.execute(cfg, progress=None).runs)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        with pytest.raises(experiment.RunsInterrupted) as stopped:
+            experiment.execute(cfg, dask_address=cluster.scheduler_address,
+                               progress=_stop_after(2, KeyboardInterrupt()))
+        with distributed.Client(cluster.scheduler_address) as client:
+            # nothing of the experiment is left running or queued on the cluster
+            assert not any(client.processing().values())
+    result = stopped.value.result
+    assert result.runs_total == 8 and 2 <= len(result.runs) <= 8
+    assert [k for k, _ in result.runs] == [k for k in experiment.run_keys(cfg)
+                                           if k in dict(result.runs)]    # config order
+    for key, res in result.runs:
+        assert res == whole[key]
+    rep = report.build(result)
+    assert len(rep["runs"]) == len(result.runs)
+    assert rep["partial"] == (None if len(result.runs) == 8
+                              else {"runs_done": len(result.runs), "runs_total": 8})
+
+
+# --------------------------------------------------------------------------- run sets
+
+
+def test_the_definition_changes_with_what_decides_the_runs_and_only_that(
+        tmp_path: Path) -> None:
+    from mltcp.lab.common import runset
+
+    def digest(**over: Any) -> str:
+        return runset.digest(config.parse_config(_data(**over), tmp_path).definition())
+
+    base = digest()
+    assert digest(description="another text") == base
+    changed = [digest(f_steps=4), digest(seeds=[0, 1]), digest(networks=["fair"]),
+               digest(schedulers=["fifo/first_fit"]),
+               digest(cluster={**CLUSTER, "server_gbit": 25}),
+               digest(jobs={"poisson": {**POISSON, "n": 7}})]
+    assert len({base, *changed}) == 1 + len(changed)
+    _trace(tmp_path)
+    before = digest(jobs={"trace": "jobs.csv"})
+    _trace(tmp_path, TRACE.replace("d,1,2,", "d,1,4,"))       # the same path, edited
+    assert digest(jobs={"trace": "jobs.csv"}) != before
+
+
+def test_a_run_set_names_the_simulator_the_schemes_as_run_and_the_seeds() -> None:
+    cfg = config.parse_config(_data(seeds=[3, 1]))
+    rs = experiment.runset_of(cfg)
+    assert (rs.kind, rs.name, rs.backend, rs.seeds) == ("cluster", "tiny", "cluster-sim",
+                                                        (1, 3))
+    assert rs.schemes["fair"]["f"] is None
+    assert rs.schemes["mltcp"]["f"]["slope"] > 0
+
+
+def test_a_retrained_policy_at_the_same_path_is_another_run_set(tmp_path: Path) -> None:
+    from mltcp.lab.common import runset
+
+    cfg = config.parse_config(_data())
+    policy = tmp_path / "policy.zip"
+    rl = config.ExperimentConfig(cfg.name, cfg.cluster, cfg.jobs,
+                                 ("fifo/first_fit", f"rl-hybrid@{policy}"))
+    policy.write_bytes(b"first training")
+    first = runset.digest(rl.definition())
+    assert rl.definition()["policies"] == {f"rl-hybrid@{policy}": config._file_digest(policy)}
+    policy.write_bytes(b"second training")
+    assert runset.digest(rl.definition()) != first
+    assert "policies" not in cfg.definition()                # no RL scheduler, no file

@@ -278,6 +278,9 @@ def test_smoke_training_writes_a_policy_that_schedules(tmp_path):
     lines: list[str] = []
     result = rl_train.train(cfg, tmp_path, "smoke", progress=lines.append)
     assert result.policy.is_file() and (tmp_path / "smoke-curves.png").stat().st_size > 0
+    assert (tmp_path / "smoke-curves.pdf").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [      # whole files, no temporaries
+        "smoke-curves.pdf", "smoke-curves.png", "smoke.json", "smoke.zip"]
     record = json.loads((tmp_path / "smoke.json").read_text())
     assert record["config"]["timesteps"] == 256 and record["train_s"] > 0
     assert result.episodes and lines and lines[0].startswith("[episode 1,")

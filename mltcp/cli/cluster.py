@@ -1,16 +1,22 @@
 """Cluster experiments: ``mltcp cluster run``, ``rl-train`` and ``schedulers``.
 
-``run`` takes an experiment config (:mod:`mltcp.lab.cluster.experiments.config`), runs every
-scheduler x network scheme x seed on the cluster simulator, here or on Dask, and writes
-the report (:mod:`mltcp.lab.cluster.experiments.report`).  ``rl-train`` trains the RL scheduler's
-policy (:mod:`mltcp.lab.cluster.papers.deepshare_rl.train`).  ``schedulers`` lists what a config's
-``schedulers`` and ``networks`` may name.  Parsing imports nothing of the lab; the
+``run`` takes an experiment config (:mod:`mltcp.lab.cluster.experiments.config`), claims
+``--out`` for its run set (:mod:`mltcp.lab.common.runset`: another run set there is
+refused unless ``--force``), runs every scheduler x network scheme x seed on the cluster
+simulator, here or on Dask, and writes the report
+(:mod:`mltcp.lab.cluster.experiments.report`); interrupted (Ctrl-C, SIGTERM, SIGHUP), it
+writes the report of the runs that finished, marked partial, and exits 128 + N.
+``rl-train`` trains the RL scheduler's policy
+(:mod:`mltcp.lab.cluster.papers.deepshare_rl.train`).  ``schedulers`` lists what a
+config's ``schedulers`` and ``networks`` may name.  Parsing imports nothing of the lab; the
 simulator (numpy, matplotlib) is imported when a command runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +42,10 @@ def register(sub: Any) -> None:
     where.add_argument("--dask", metavar="ADDR",
                        help="a running Dask cluster to run on, e.g. tcp://host:8786 "
                             "(default: none, runs here)")
-    rn.set_defaults(handler=cmd_run, teardown_signals=True)
+    rn.add_argument("--force", action="store_true",
+                    help="replace another run set's results in --out (default: refuse; "
+                         "the same config again needs no flag)")
+    rn.set_defaults(handler=cmd_run, teardown_signals=True, records_results=True)
 
     tr = cls.add_parser("rl-train", help="train the RL contention-aware scheduler's policy "
                                          "(deepshare-rl) on the simulator; write NAME.zip, "
@@ -68,7 +77,7 @@ def register(sub: Any) -> None:
                     help="PPO's discount per decision, > 0 and <= 1 (default 0.99)")
     tr.add_argument("--ent-coef", type=args_.number(0, 1, "0.01"),
                     help="PPO's entropy bonus, 0..1 (default 0)")
-    tr.set_defaults(handler=cmd_rl_train, teardown_signals=True)
+    tr.set_defaults(handler=cmd_rl_train, teardown_signals=True, records_results=True)
 
     sc = cls.add_parser("schedulers", help="the schedulers and network schemes a config "
                                            "may name")
@@ -77,21 +86,52 @@ def register(sub: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from mltcp.core import signals
     from mltcp.lab.cluster.experiments import config, report
     from mltcp.lab.cluster.experiments import runner as experiment
     from mltcp.lab.common.outdir import make_out_dir
 
     cfg = config.load_config(args.config)
     make_out_dir(args.out)
-    result = experiment.execute(cfg, parallel=args.parallel or 1, dask_address=args.dask)
-    written = report.write(result, args.out)
+    try:
+        result = experiment.execute(cfg, parallel=args.parallel or 1, dask_address=args.dask,
+                                    out_dir=args.out, force=args.force)
+    except experiment.RunsInterrupted as stop:
+        return _interrupted(stop.result, stop.signo, args.out, write=True)
+    try:
+        with signals.deferred():        # every run is done: a signal waits for the report
+            written = report.write(result, args.out)
+    except signals.Terminated as stop:
+        return _interrupted(result, stop.signo, args.out, write=False)
     print(report.table(written))
     print()
     print(report.vs_fair_table(written))
     out = Path(args.out)
     print(f"\n{len(result.runs)} runs -> {out / 'report.json'}, {out / 'summary.md'}, "
-          f"{out / 'jct_cdf.png'}, {out / 'slowdown_cdf.png'}")
+          f"{out / 'jobs.*'}, {out / 'cells.*'}, {out / 'jct_cdf.png'}, "
+          f"{out / 'slowdown_cdf.png'} (and .pdf)")
     return 0
+
+
+def _interrupted(result: Any, signo: int, out_dir: str, write: bool) -> int:
+    """An interrupted ``cluster run``: the report of the runs that finished (``write``:
+    not written yet; marked partial where runs are missing), one line on stderr saying
+    so and where it is, and the signal's exit code (130 for Ctrl-C).  Under the CLI's
+    teardown signals a second signal meanwhile is ignored (mltcp.core.signals), so the
+    report is written whole."""
+    from mltcp.core import signals
+    from mltcp.lab.cluster.experiments import report
+
+    done, total = len(result.runs), result.runs_total or len(result.runs)
+    where = f"interrupted ({signals.name(signo)}) after {done} of {total} runs"
+    if write and done:
+        report.write(result, out_dir)
+    kind = "partial report" if result.partial else "report"
+    line = (f"{where}: {kind} in {Path(out_dir) / 'report.json'}" if done
+            else f"{where}: no report written")
+    with contextlib.suppress(OSError):      # stderr may be gone with the SSH session
+        print(f"mltcp: {line}", file=sys.stderr)
+    return signals.exit_code(signo)
 
 
 def cmd_rl_train(args: argparse.Namespace) -> int:

@@ -42,6 +42,7 @@ cluster's size), so a bad field fails in one line naming it before any run start
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -118,6 +119,11 @@ class TraceJobs:
     def to_dict(self) -> dict[str, Any]:
         return {"trace": str(self.path)}
 
+    def definition(self) -> dict[str, Any]:
+        """The file's name and the jobs read from it: a trace edited in place is
+        another experiment, though its path is the same."""
+        return {**self.to_dict(), "jobs": [asdict(j) for j in self.jobs]}
+
 
 @dataclass(frozen=True)
 class SetupJobs:
@@ -166,6 +172,43 @@ class ExperimentConfig:
                 "cluster": asdict(self.cluster), "jobs": self.jobs.to_dict(),
                 "schedulers": list(self.schedulers), "networks": list(self.networks),
                 "seeds": list(self.seeds), "f_steps": self.f_steps}
+
+    def definition(self) -> dict[str, Any]:
+        """What decides this experiment's runs, for its run set's digest
+        (:mod:`mltcp.lab.common.runset`): :meth:`to_dict` without the description (which
+        decides nothing), a CSV trace's jobs as read (not only its path), and the digest
+        of each RL policy file a scheduler loads (a retrained ``policy.zip`` at the same
+        path schedules differently)."""
+        data = self.to_dict()
+        del data["description"]
+        jobs = self.jobs
+        if isinstance(jobs, TraceJobs):
+            data["jobs"] = jobs.definition()
+        policies = {spec: _file_digest(path) for spec in self.schedulers
+                    if (path := policy_file(spec)) is not None}
+        if policies:
+            data["policies"] = policies
+        return data
+
+
+def policy_file(spec: str) -> Path | None:
+    """The policy checkpoint an RL scheduler spec loads (``rl-base@PATH``: PATH; bare
+    ``rl-base``/``rl-hybrid``: the shipped one), None for every other scheduler."""
+    from mltcp.lab.cluster.papers.deepshare_rl.schedulers import shipped_path
+
+    kind, sep, path = spec.partition("@")
+    if kind not in ("rl-base", "rl-hybrid"):
+        return None
+    return Path(path) if sep else shipped_path()
+
+
+def _file_digest(path: Path) -> str:
+    """A short SHA-256 of a file's bytes ("missing" where there is none: the run would
+    refuse it anyway)."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    except OSError:
+        return "missing"
 
 
 # --------------------------------------------------------------------------- reading

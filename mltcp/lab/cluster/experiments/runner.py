@@ -8,22 +8,36 @@ processes, or a running Dask cluster at ``dask_address``
 (:func:`mltcp.lab.common.distributed.dask_client`, as the sweeps).  Every finished run
 prints a progress line; the results come back in the config's order whatever order
 they finished in.
+
+An interrupted experiment (Ctrl-C, or SIGTERM/SIGHUP where the CLI turns them into the
+same unwinding: :mod:`mltcp.core.signals`) keeps the runs that finished: :func:`execute`
+raises :class:`RunsInterrupted`, a KeyboardInterrupt that carries them (on Dask, the
+runs not finished are cancelled and those finished but not yet collected are kept), so
+that the caller writes a report marked partial instead of throwing hours of runs away.
+A rerun of the same config runs every run again (there is no resuming).
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
+from mltcp.core import signals
 from mltcp.core.errors import MltcpError, SpecError
 from mltcp.lab.cluster.engine.gpu_jobs import JobRequest
 from mltcp.lab.cluster.engine.leafspine import LeafSpine
 from mltcp.lab.cluster.engine.simulator import ClusterResult, ClusterSim, check_requests
 from mltcp.lab.cluster.experiments.config import ExperimentConfig
 from mltcp.lab.cluster.experiments.registry import SchedulerSpec, network, parse_scheduler
+from mltcp.lab.common import runset
 from mltcp.lab.common.distributed import dask_client
+
+BACKEND = "cluster-sim"         # what runs a cluster experiment, in its run set
 
 
 @dataclass(frozen=True)
@@ -41,13 +55,51 @@ class RunKey:
 
 @dataclass(frozen=True)
 class ExperimentResult:
-    """Every run's result, in :func:`run_keys` order."""
+    """The runs' results, in :func:`run_keys` order: every run's, or, when the
+    experiment was interrupted, those that finished (``runs_total``: how many it had;
+    0 means all of them are here)."""
 
     config: ExperimentConfig
     runs: tuple[tuple[RunKey, ClusterResult], ...]
+    runs_total: int = 0
 
     def result(self, scheduler: str, network: str, seed: int) -> ClusterResult:
         return dict(self.runs)[RunKey(scheduler, network, seed)]
+
+    @property
+    def complete(self) -> bool:
+        return not self.runs_total or len(self.runs) >= self.runs_total
+
+    @property
+    def partial(self) -> dict[str, int] | None:
+        """``{runs_done, runs_total}`` for a result that lacks runs, else None."""
+        if self.complete:
+            return None
+        return {"runs_done": len(self.runs), "runs_total": self.runs_total}
+
+
+class RunsInterrupted(signals.Terminated):
+    """The experiment was interrupted (Ctrl-C, or a teardown signal); ``result`` holds
+    the runs that finished.  A :class:`~mltcp.core.signals.Terminated` (so a
+    KeyboardInterrupt) with the signal that stopped it, so that whoever does not look
+    at the runs still unwinds and exits as for that signal."""
+
+    def __init__(self, signo: int, result: ExperimentResult) -> None:
+        super().__init__(signo)
+        self.result = result
+
+
+def _interrupted(cause: KeyboardInterrupt, cfg: ExperimentConfig, keys: list[RunKey],
+                 results: dict[RunKey, ClusterResult]) -> RunsInterrupted:
+    """The RunsInterrupted for ``cause`` with the finished ``results`` (in order)."""
+    signo = cause.signo if isinstance(cause, signals.Terminated) else signal.SIGINT
+    return RunsInterrupted(signo, _collected(cfg, keys, results))
+
+
+def _collected(cfg: ExperimentConfig, keys: list[RunKey],
+               results: dict[RunKey, ClusterResult]) -> ExperimentResult:
+    return ExperimentResult(cfg, tuple((k, results[k]) for k in keys if k in results),
+                            len(keys))
 
 
 @dataclass(frozen=True)
@@ -125,29 +177,70 @@ def progress_line(done: int, total: int, key: RunKey, result: ClusterResult,
           f"({elapsed_s:.0f} s)", file=sys.stderr, flush=True)
 
 
+def runset_of(cfg: ExperimentConfig) -> runset.RunSet:
+    """The run set ``cfg``'s runs make: its name, the digest of what decides them
+    (:meth:`ExperimentConfig.definition`), the simulator, each network scheme as it
+    runs (its F, where it has one) and the seeds."""
+    schemes = {}
+    for name in cfg.networks:
+        scheme = network(name, cfg.cluster)
+        schemes[name] = {"scheme": type(scheme).__name__,
+                         "f": asdict(scheme.f) if scheme.f is not None else None}
+    return runset.new("cluster", cfg.name, cfg.definition(), BACKEND, schemes, cfg.seeds)
+
+
+def claim(cfg: ExperimentConfig, out_dir: str | Path, force: bool = False) -> runset.RunSet:
+    """Claim ``out_dir`` for ``cfg``'s run set: another run set there is a one-line
+    SpecError naming --out unless ``force`` (which removes its results first); the same
+    config again is allowed.  Its report is rewritten from this invocation's runs."""
+    return runset.claim(out_dir, runset_of(cfg), force)
+
+
 def execute(cfg: ExperimentConfig, parallel: int = 1, dask_address: str | None = None,
-            progress: Progress | None = progress_line) -> ExperimentResult:
+            progress: Progress | None = progress_line, out_dir: str | Path | None = None,
+            force: bool = False) -> ExperimentResult:
     """Run every :func:`run_keys` run: in this process (``parallel`` 1, no
-    ``dask_address``), else on Dask."""
+    ``dask_address``), else on Dask.  With ``out_dir``, :func:`claim` it once the job
+    lists are checked, before any run.  Interrupted (a KeyboardInterrupt, from Ctrl-C,
+    a teardown signal or ``progress``), it raises :class:`RunsInterrupted` with the
+    runs that finished."""
     keys = run_keys(cfg)
     jobs = job_lists(cfg)
+    if out_dir is not None:
+        claim(cfg, out_dir, force)
     started = time.monotonic()
-    if parallel <= 1 and not dask_address:
-        specs = scheduler_specs(cfg)
-        results = {}
-        for done, key in enumerate(keys, 1):
-            results[key] = _unwrap(key, _task(cfg.cluster, jobs[key.seed], key, cfg.f_steps,
-                                              specs[key.scheduler]))
-            if progress:
-                progress(done, len(keys), key, results[key], time.monotonic() - started)
-    else:
-        results = _on_dask(cfg, keys, jobs, parallel, dask_address, progress, started)
-    return ExperimentResult(cfg, tuple((k, results[k]) for k in keys))
+    results: dict[RunKey, ClusterResult] = {}
+    try:
+        if parallel <= 1 and not dask_address:
+            _here(cfg, keys, jobs, progress, started, results)
+        else:
+            _on_dask(cfg, keys, jobs, parallel, dask_address, progress, started, results)
+    except RunsInterrupted:
+        raise
+    except KeyboardInterrupt as stop:
+        raise _interrupted(stop, cfg, keys, results) from None
+    return _collected(cfg, keys, results)
+
+
+def _here(cfg: ExperimentConfig, keys: list[RunKey], jobs: dict[int, list[JobRequest]],
+          progress: Progress | None, started: float,
+          results: dict[RunKey, ClusterResult]) -> None:
+    """Every run in this process, one after the other, each into ``results`` as it
+    finishes (what an interruption keeps)."""
+    specs = scheduler_specs(cfg)
+    for done, key in enumerate(keys, 1):
+        results[key] = _unwrap(key, _task(cfg.cluster, jobs[key.seed], key, cfg.f_steps,
+                                          specs[key.scheduler]))
+        if progress:
+            progress(done, len(keys), key, results[key], time.monotonic() - started)
 
 
 def _on_dask(cfg: ExperimentConfig, keys: list[RunKey], jobs: dict[int, list[JobRequest]],
              parallel: int, dask_address: str | None, progress: Progress | None,
-             started: float) -> dict[RunKey, ClusterResult]:
+             started: float, results: dict[RunKey, ClusterResult]) -> None:
+    """Every run as a Dask task, each into ``results`` as it finishes; interrupted, the
+    tasks not finished are cancelled (a running Dask cluster would otherwise go on
+    with them) and those that finished unseen are collected."""
     with dask_client(dask_address, parallel, "parallel cluster experiments",
                      "or drop --parallel") as client:
         from distributed import as_completed
@@ -155,10 +248,30 @@ def _on_dask(cfg: ExperimentConfig, keys: list[RunKey], jobs: dict[int, list[Job
         shared = {seed: client.scatter(js, broadcast=False) for seed, js in jobs.items()}
         futures = {client.submit(_task, cfg.cluster, shared[key.seed], key, cfg.f_steps,
                                  pure=False): key for key in keys}
-        results = {}
-        for done, fut in enumerate(as_completed(futures), 1):
-            key = futures[fut]
-            results[key] = _unwrap(key, fut.result())
-            if progress:
-                progress(done, len(keys), key, results[key], time.monotonic() - started)
-        return results
+        try:
+            for done, fut in enumerate(as_completed(futures), 1):
+                key = futures[fut]
+                results[key] = _unwrap(key, fut.result())
+                if progress:
+                    progress(done, len(keys), key, results[key], time.monotonic() - started)
+        except KeyboardInterrupt:
+            _collect_and_cancel(client, futures, results)
+            raise
+
+
+def _collect_and_cancel(client: Any, futures: dict[Any, RunKey],
+                        results: dict[RunKey, ClusterResult]) -> None:
+    """Into ``results``: the tasks that finished and were not collected yet (a bad
+    input among them is left out: it is no result); cancel the others."""
+    pending = []
+    for fut, key in futures.items():
+        if key in results:
+            continue
+        if fut.status == "finished":
+            out = fut.result()
+            if not isinstance(out, _Failure):
+                results[key] = out
+        else:
+            pending.append(fut)
+    if pending:
+        client.cancel(pending)

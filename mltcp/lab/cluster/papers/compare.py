@@ -24,7 +24,9 @@ What maps onto what, and the approximations:
 
 A paper's figure whose scheme, baseline or metric has no counterpart, or whose cells were
 not run, is listed with "not run here" so that nothing the paper claims is silently left
-out.
+out.  Given the runs' values per seed, our improvement carries its N (the seeds both
+cells ran) and the 95 % paired bootstrap interval (:func:`mltcp.lab.common.stats.
+bootstrap_ratio` of the two cells' means over the same seeds).
 """
 
 from __future__ import annotations
@@ -35,8 +37,11 @@ from typing import Any
 
 from mltcp.lab.cluster.papers import setups
 from mltcp.lab.cluster.papers.figures import Reported
+from mltcp.lab.common import stats
 
 Cell = tuple[str, str]                  # (scheduler, network)
+# (scheduler, network) -> seed -> the run's metrics
+PerSeed = Mapping[Cell, Mapping[int, Mapping[str, Any]]]
 
 CELLS: dict[str, dict[str, Cell]] = {
     "ada-srsf": {
@@ -91,9 +96,13 @@ class Row:
     paper_pct: float | None
     ours_pct: float | None
     ours: str                   # the cells compared, or why not
+    n: int = 0                  # seeds ours is over (0: not known)
+    ours_ci: tuple[float, float] | None = None     # 95 % bootstrap interval of ours_pct
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        out = dict(self.__dict__)
+        out["ours_ci"] = list(self.ours_ci) if self.ours_ci is not None else None
+        return out
 
 
 def _improvement(scheme: float, baseline: float, higher_is_better: bool) -> float | None:
@@ -112,44 +121,88 @@ def _paper_pct(r: Reported) -> float | None:
     return None
 
 
-def rows(setup: str, cells: Mapping[Cell, Mapping[str, Any]]) -> list[Row]:
+def _improvement_spread(a: Mapping[int, Mapping[str, Any]], b: Mapping[int, Mapping[str, Any]],
+                        key: str, higher_is_better: bool) -> tuple[int, tuple[float, float] | None]:
+    """N and the interval of the improvement of cell ``a`` over cell ``b`` on ``key``,
+    over the seeds both ran with a value: the paired bootstrap of mean(a) / mean(b),
+    mapped through the improvement (monotone in the ratio)."""
+    seeds = [s for s in a if s in b and a[s].get(key) is not None
+             and b[s].get(key) is not None]
+    spread = stats.bootstrap_ratio([a[s][key] for s in seeds], [b[s][key] for s in seeds])
+    if spread.lo is None or spread.hi is None:
+        return spread.n, None
+    ends = sorted(100 * ((r - 1) if higher_is_better else (1 - r))
+                  for r in (spread.lo, spread.hi))
+    return spread.n, (ends[0], ends[1])
+
+
+def rows(setup: str, cells: Mapping[Cell, Mapping[str, Any]],
+         per_seed: PerSeed | None = None) -> list[Row]:
     """Every figure ``setup``'s paper reports, with ours from ``cells`` ((scheduler,
-    network) -> the report's metric means)."""
+    network) -> the report's metric means) and, with ``per_seed`` (each cell's runs'
+    metrics by seed), its N and 95 % interval."""
     names = CELLS.get(setup, {})
+    contexts = CONTEXTS.get(setup)
     out = []
     for r in setups.setup(setup).results:
-        paper_pct = _paper_pct(r)
         a, b, metric = names.get(r.scheme), names.get(r.baseline), METRICS.get(r.metric)
-        ours_pct, ours = None, "not run here"
-        contexts = CONTEXTS.get(setup)
         if contexts and not r.context.startswith(contexts):
-            ours = "not run here: another experiment of the paper"
+            ours = _Ours(text="not run here: another experiment of the paper")
         elif a is None or b is None or metric is None:
-            what = [x for x, ok in ((f"scheme {r.scheme!r}", a), (f"baseline {r.baseline!r}",
-                                                                  b), (f"metric {r.metric!r}",
-                                                                       metric)) if ok is None]
-            ours = f"not modelled: {', '.join(what)}"
+            what = [x for x, ok in ((f"scheme {r.scheme!r}", a),
+                                    (f"baseline {r.baseline!r}", b),
+                                    (f"metric {r.metric!r}", metric)) if ok is None]
+            ours = _Ours(text=f"not modelled: {', '.join(what)}")
         elif a in cells and b in cells:
-            key, higher = metric
-            mine, base = cells[a].get(key), cells[b].get(key)
-            if mine is not None and base is not None:
-                ours_pct = _improvement(mine, base, higher)
-            ours = f"{'/'.join(a)} vs {'/'.join(b)} ({key})"
+            ours = _compared(a, b, metric, cells, per_seed)
         else:
-            missing = [f"{s}/{n}" for s, n in (a, b) if (s, n) not in cells]
-            ours = f"not run here: add {', '.join(missing)}"
-        out.append(Row(r.context, r.metric, r.scheme, r.baseline, r.source, paper_pct,
-                       ours_pct, ours))
+            missing = [f"{sched}/{net}" for sched, net in (a, b) if (sched, net) not in cells]
+            ours = _Ours(text=f"not run here: add {', '.join(missing)}")
+        out.append(Row(r.context, r.metric, r.scheme, r.baseline, r.source, _paper_pct(r),
+                       ours.pct, ours.text, ours.n, ours.ci))
     return out
+
+
+@dataclass(frozen=True)
+class _Ours:
+    """Our side of a row: the improvement, what it compares (or why there is none),
+    its N and interval."""
+
+    pct: float | None = None
+    text: str = "not run here"
+    n: int = 0
+    ci: tuple[float, float] | None = None
+
+
+def _compared(a: Cell, b: Cell, metric: tuple[str, bool],
+              cells: Mapping[Cell, Mapping[str, Any]], per_seed: PerSeed | None) -> _Ours:
+    """Cell ``a``'s improvement over cell ``b`` on ``metric`` (both were run)."""
+    key, higher = metric
+    mine, base = cells[a].get(key), cells[b].get(key)
+    pct = _improvement(mine, base, higher) if mine is not None and base is not None else None
+    n, ci = 0, None
+    if per_seed is not None and a in per_seed and b in per_seed:
+        n, ci = _improvement_spread(per_seed[a], per_seed[b], key, higher)
+    return _Ours(pct, f"{'/'.join(a)} vs {'/'.join(b)} ({key})", n, ci)
 
 
 def table(found: Sequence[Row]) -> str:
     """Markdown: the paper's improvement and ours, figure by figure."""
-    def pct(v: float | None) -> str:
-        return "" if v is None else f"{v:+.1f} %"
-
-    lines = ["| paper figure | context | paper | ours | our cells |", "|---|---|---|---|---|"]
+    lines = ["| paper figure | context | paper | ours [95 % CI] (N seeds) | our cells |",
+             "|---|---|---|---|---|"]
     for r in found:
         lines.append(f"| {r.scheme} vs {r.baseline}, {r.metric} | {r.context} ({r.source}) "
-                     f"| {pct(r.paper_pct)} | {pct(r.ours_pct)} | {r.ours} |")
+                     f"| {_pct(r.paper_pct)} | {_ours(r)} | {r.ours} |")
     return "\n".join(lines)
+
+
+def _pct(v: float | None) -> str:
+    return "" if v is None else f"{v:+.1f} %"
+
+
+def _ours(r: Row) -> str:
+    """``+12.3 % [+8.1, +15.0] (N=3)``; the bare value without an interval."""
+    if r.ours_pct is None:
+        return ""
+    ci = f" [{r.ours_ci[0]:+.1f}, {r.ours_ci[1]:+.1f}]" if r.ours_ci else ""
+    return f"{_pct(r.ours_pct)}{ci}" + (f" (N={r.n})" if r.n else "")

@@ -36,6 +36,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -46,6 +47,7 @@ from mltcp.lab.cluster.engine.gpu_jobs import PlacedJob, engine_state
 from mltcp.lab.cluster.engine.leafspine import LeafSpine
 from mltcp.lab.cluster.engine.network import Network, congestion_control
 from mltcp.lab.cluster.papers.deepshare_rl.setup import fabric as paper_fabric
+from mltcp.lab.common import plotting
 from mltcp.lab.models import fluid_engine
 
 PLACEMENTS = ("shared", "partial", "disjoint")
@@ -315,15 +317,13 @@ def cs_grid(models: Sequence[str] = PAPER_MODELS, network: str | Network = "fair
     return CSGrid(models, name, tuple(shapes), tuple(tuple(r) for r in grid))
 
 
-def plot_cs_grids(grids: Sequence[CSGrid], path: str) -> None:
+def plot_cs_grids(grids: Sequence[CSGrid], path: str | Path) -> list[Path]:
     """deepshare-rl Fig. 1's layout, one panel per network: target models down, co-located
-    across, each cell a 6 x 6 grid of shapes."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(grids), figsize=(7.5 * len(grids), 6.6))
-    axes = np.atleast_1d(axes)
+    across, each cell a 6 x 6 grid of shapes; as PNG and PDF (``path`` with either
+    suffix or none), one colour scale for every panel.  The paths written."""
+    fig, axes = plotting.figure(1, len(grids), figsize=(6.6 * len(grids) + 1.2, 7.0),
+                                squeeze=False)
+    axes = axes[0]
     vmax = max(float(np.nanmax([b for row in g.cs for b in row])) for g in grids)
     for ax, g in zip(axes, grids, strict=True):
         whole = np.block([[b for b in row] for row in g.cs])
@@ -335,12 +335,12 @@ def plot_cs_grids(grids: Sequence[CSGrid], path: str) -> None:
         for x in range(1, len(short)):
             ax.axhline(n * x - 0.5, color="white", lw=1.5)
             ax.axvline(n * x - 0.5, color="white", lw=1.5)
-        ax.set_xlabel("co-located model (6 shapes each)")
-        ax.set_ylabel("target model (6 shapes each)")
-        ax.set_title(f"contention sensitivity, {g.network}")
-    fig.colorbar(im, ax=axes.tolist(), shrink=0.8, label="CS (together / alone)")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        ax.set_xlabel(f"co-located model ({n} shapes each)")
+        ax.set_ylabel(f"target model ({n} shapes each)")
+        ax.set_title(f"contention sensitivity, {g.network} (each cell: one run of the pair)",
+                     fontsize=10)
+    fig.colorbar(im, ax=list(axes), shrink=0.8, label="CS (together / alone)")
+    return plotting.save(fig, path)
 
 
 # python -m mltcp.lab.cluster.papers.deepshare_rl.contention [iterations]

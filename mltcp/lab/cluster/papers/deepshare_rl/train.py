@@ -9,7 +9,9 @@ avoid).  Episodes are drawn from a trace's *training* job sets
 Training prints a line per episode (reward, JCT, utilisation, CS) and writes, next to
 the policy (``NAME.zip``): ``NAME.json`` (the settings, the command that reproduces it,
 the training time, the library versions and every episode's figures) and
-``NAME-curves.png`` (the curves).
+``NAME-curves.png``/``.pdf`` (the curves).  The policy and its record are written
+atomically (mltcp.lab.common.atomic): a training cut short leaves the previous policy
+of that name whole, never a truncated zip that a later experiment would load.
 
     mltcp cluster rl-train --out mltcp/lab/cluster/papers/deepshare_rl/policies \\
         --name deepshare-normal-w0.4 --trace normal --w1 0.4 --timesteps 150000
@@ -17,7 +19,6 @@ the training time, the library versions and every episode's figures) and
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -29,6 +30,8 @@ from mltcp.core import validate
 from mltcp.core.errors import CapabilityError
 from mltcp.lab.cluster.engine.network import congestion_control
 from mltcp.lab.cluster.papers.deepshare_rl import setup as deepshare
+from mltcp.lab.common import plotting
+from mltcp.lab.common.atomic import replacing, write_json
 
 TRAIN_SETS = tuple(range(100, 110))     # the comparison evaluates on sets 0..9
 
@@ -137,39 +140,40 @@ def train(cfg: TrainConfig, out_dir: str | Path, name: str,
 
     model.learn(total_timesteps=cfg.timesteps, callback=Progress())
     result.train_s = time.monotonic() - started
-    model.save(result.policy)
+    with replacing(result.policy) as tmp:      # its name keeps .zip: SB3 adds none
+        model.save(tmp)
     record = {"name": name, "config": asdict(cfg), "command": command,
               "train_s": result.train_s, "timesteps": cfg.timesteps,
               "versions": {"stable_baselines3": sb3.__version__,
                            "sb3_contrib": sb3_contrib.__version__,
                            "torch": torch.__version__},
               "episodes": [asdict(e) for e in result.episodes]}
-    (out / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
-    plot_curves(result, out / f"{name}-curves.png")
+    write_json(out / f"{name}.json", record, indent=1)
+    plot_curves(result, out / f"{name}-curves")
     return result
 
 
-def plot_curves(result: TrainResult, path: Path) -> None:
+def plot_curves(result: TrainResult, path: Path) -> list[Path]:
     """Reward per round, mean JCT and utilisation of each episode against training
-    steps."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    steps, as PNG and PDF (``path`` with either suffix or none); the N episodes in the
+    title."""
     eps = result.episodes
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    fig, axes = plotting.figure(1, 3, figsize=(13, 3.8))
     x = [e.timesteps for e in eps]
-    for ax, ys, label in ((axes[0], [e.reward_per_round for e in eps],
-                           "reward per round (Eq. 2)"),
-                          (axes[1], [e.jct_mean_s / 3600 for e in eps], "mean JCT (h)"),
-                          (axes[2], [e.utilisation for e in eps], "GPU utilisation")):
-        ax.plot(x, ys, marker="o", ms=3)
+    # One series per panel: a thin solid line with a dot per episode (a dashed style
+    # would only blur a noisy curve; nothing shares the panel to tell it from).
+    for ax, ys, label, style in zip(axes, ([e.reward_per_round for e in eps],
+                                           [e.jct_mean_s / 3600 for e in eps],
+                                           [e.utilisation for e in eps]),
+                                    ("reward per round (Eq. 2)", "mean JCT (h)",
+                                     "GPU utilisation"), plotting.styles(), strict=False):
+        ax.plot(x, ys, color=style["color"], linestyle="-", linewidth=0.8, marker=".",
+                markersize=3)
         ax.set_xlabel("training steps")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     cfg = result.config
     fig.suptitle(f"RL scheduler training: trace {cfg.trace}, W1 {cfg.w1}, {cfg.network}, "
-                 f"{result.train_s:.0f} s")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+                 f"N={len(eps)} episodes (one point each), {result.train_s:.0f} s",
+                 fontsize=10)
+    return plotting.save(fig, path)
