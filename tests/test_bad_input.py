@@ -176,6 +176,8 @@ ROWS: list[Row] = [
     Row(("compare", "compatible-pair", *FLUID), 2, "--out", OTHER_RUN_SET,
         "--out holds another scenario's run set"),
     Row((*SWEEP, "--param", "slope=1,2", "--scheme", "cubic"), 2, "--scheme"),
+    Row(("cluster", "run", "small", "--out", "{dir}/out"), 2, "--out", OTHER_RUN_SET,
+        "--out holds another scenario's run set"),
     Row(("run", "compatible-pair", *FLUID, "--scheme", "nosuch"), 2, "scheme"),
     Row(("run", "compatible-pair", "--backend", "fluid", "--out", "/dev/null/x"), 2, "--out"),
     Row(("run", "compatible-pair", "--backend", "nosuch", "--out", "{dir}/out"), 2,

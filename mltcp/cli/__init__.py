@@ -16,9 +16,11 @@ are one line too, :class:`Parser`).
 
 The exit codes are defined once, in :mod:`mltcp.cli.exits`, and every ``--help`` ends
 with them; ``-j/--json`` is :mod:`mltcp.cli.output`.
-Commands that change the host while they run (``run``, ``compare``, ``demo``,
-``sweep``, ``dcqcn run``: parsers with ``teardown_signals=True``) turn SIGTERM and SIGHUP
-into the same unwinding as Ctrl-C (:mod:`mltcp.core.signals`) and exit 128 + N.
+Commands that change the host or run long while they run (``run``, ``compare``,
+``demo``, ``sweep``, ``cluster run``, ``cluster rl-train``, ``dcqcn run``: parsers with
+``teardown_signals=True``) turn SIGTERM and SIGHUP into the same unwinding as Ctrl-C
+(:mod:`mltcp.core.signals`) and exit 128 + N; ``cluster run`` writes the report of the
+runs that finished first, marked partial.
 """
 
 from __future__ import annotations

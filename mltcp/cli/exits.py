@@ -30,7 +30,8 @@ MEANING: dict[Exit, str] = {
     Exit.CAPABILITY: "this host lacks a capability: root, CAP_BPF, BTF, a tool, a NIC, "
                      "an optional package",
     Exit.HANGUP: "stopped by SIGHUP (a dropped SSH session) after tearing down what it "
-                 "set up (`run`, `compare`, `demo`, `sweep`, `dcqcn run`)",
+                 "set up (`run`, `compare`, `demo`, `sweep`, `cluster run`, `cluster rl-train`, "
+                 "`dcqcn run`; `cluster run` first writes the report of the finished runs)",
     Exit.INTERRUPTED: "interrupted (Ctrl-C / SIGINT), after the same teardown",
     Exit.TERMINATED: "stopped by SIGTERM after the same teardown",
 }

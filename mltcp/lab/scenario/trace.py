@@ -332,25 +332,12 @@ def _plain_iterations(items: list | tuple) -> tuple[IterationRecord, ...] | None
     fields of a valid record; None if one is not and ``IterationRecord.from_dict``
     accepts it anyway (e.g. it has loss counters).  ``ok`` as in :func:`_plain_columns`."""
     n = len(items)
-    ok = n
-    if set(map(type, items)) - {dict} or set(map(len, items)) - {len(_PLAIN_RECORD)}:
-        ok = next(i for i, d in enumerate(items)
-                  if type(d) is not dict or len(d) != len(_PLAIN_RECORD))
-    values: dict[str, list] = {}
-    for name in _PLAIN_RECORD:
-        head = items if ok == n else items[:ok]
-        try:
-            column = list(map(operator.itemgetter(name), head))
-        except KeyError:
-            ok = next(i for i, d in enumerate(head) if name not in d)
-            column = list(map(operator.itemgetter(name), head[:ok]))
-        kind = float if name in _TIMES else int
-        if set(map(type, column)) - _PLAIN[kind]:
-            ok = next(i for i, v in enumerate(column) if type(v) not in _PLAIN[kind])
-            del column[ok:]
+    fields = tuple((name, float if name in _TIMES else int) for name in _PLAIN_RECORD)
+    values, ok = _leading_values(items, fields)
+    for name, kind in fields:
+        column = values[name][:ok]
         if kind is int and column and min(column) < 0:
             ok = next(i for i, v in enumerate(column) if v < 0)
-        values[name] = column
     times = {}
     for name in _TIMES:
         column = values[name][:ok]
@@ -592,21 +579,10 @@ def _plain_columns(cls: type, items: list | tuple) -> dict[str, np.ndarray] | No
     lowers it to the first sample with that problem, so the one ``cls.from_dict``
     then reads is the first that checking one by one would have refused."""
     n = len(items)
-    fields = cls._COLUMNS
-    ok = n
-    if set(map(type, items)) - {dict} or set(map(len, items)) - {len(fields)}:
-        ok = next(i for i, d in enumerate(items) if type(d) is not dict or len(d) != len(fields))
+    leading, ok = _leading_values(items, cls._COLUMNS)
     columns = {}
-    for name, kind in fields:
-        head = items if ok == n else items[:ok]
-        try:
-            values = list(map(operator.itemgetter(name), head))
-        except KeyError:
-            ok = next(i for i, d in enumerate(head) if name not in d)
-            values = list(map(operator.itemgetter(name), head[:ok]))
-        if set(map(type, values)) - _PLAIN[kind]:
-            ok = next(i for i, v in enumerate(values) if type(v) not in _PLAIN[kind])
-            del values[ok:]
+    for name, kind in cls._COLUMNS:
+        values = leading[name][:ok]
         try:
             column = np.array(values, dtype=_DTYPES[kind])
         except OverflowError:       # an int beyond a float, or beyond 64 bits
@@ -623,6 +599,30 @@ def _plain_columns(cls: type, items: list | tuple) -> dict[str, np.ndarray] | No
     with _within(f"samples[{ok}]"):
         cls.from_dict(items[ok])
     return None
+
+
+def _leading_values(items: list | tuple, fields: tuple[tuple[str, type], ...]
+                    ) -> tuple[dict[str, list], int]:
+    """Per field, its values over the leading items that are plain JSON objects with
+    exactly ``fields``, each value of its field's plain JSON type; and ``ok``, how many
+    items lead so (each problem found lowers it to the first item with it)."""
+    n = len(items)
+    ok = n
+    if set(map(type, items)) - {dict} or set(map(len, items)) - {len(fields)}:
+        ok = next(i for i, d in enumerate(items) if type(d) is not dict or len(d) != len(fields))
+    values: dict[str, list] = {}
+    for name, kind in fields:
+        head = items if ok == n else items[:ok]
+        try:
+            column = list(map(operator.itemgetter(name), head))
+        except KeyError:
+            ok = next(i for i, d in enumerate(head) if name not in d)
+            column = list(map(operator.itemgetter(name), head[:ok]))
+        if set(map(type, column)) - _PLAIN[kind]:
+            ok = next(i for i, v in enumerate(column) if type(v) not in _PLAIN[kind])
+            del column[ok:]
+        values[name] = column
+    return values, ok
 
 
 def _fits(value: int | float, kind: type) -> bool:
