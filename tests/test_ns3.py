@@ -337,3 +337,58 @@ def test_the_dumbbell_program_runs_on_its_own(tmp_path) -> None:
     helped = subprocess.run([sys.executable, str(REPO / "ns3_scenarios" / "leaf_spine.py"),
                              "--help"], capture_output=True, text=True, timeout=60, env=env)
     assert helped.returncode == 0 and "--spines" in helped.stdout
+
+
+def test_an_interrupted_parallel_ns3_run_stops_its_workers_and_starts_no_more(monkeypatch):
+    """Ctrl-C reaches the main thread only: the backend must stop the runs its threads
+    wait on and cancel the queued ones, not finish the whole queue (hours of ns-3)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from mltcp.lab.scenario.backends import ns3 as backend
+
+    started, stopped = [], threading.Event()
+
+    def fake_run_plan(plan, progress, budget_s, stop):  # type: ignore[no-untyped-def]
+        started.append(plan)
+        while not stop.is_set():                     # a long ns-3 run, polling as _wait does
+            time.sleep(0.01)
+        stopped.set()
+        raise KeyboardInterrupt("the run was stopped")
+
+    monkeypatch.setattr(backend, "run_plan", fake_run_plan)
+    sc = load_scenario("compatible-pair")
+    plans = [resolve(sc, sc.schemes[0], seed) for seed in range(6)]
+    # Ctrl-C, for real: SIGINT to this process while the main thread waits for a run
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        for _ in backend.Ns3Backend().run(plans, parallel=2):
+            pass
+    assert stopped.is_set() and time.monotonic() - t0 < 2.0
+    assert len(started) == 2                            # the queued four never started
+
+
+def test_a_waiting_run_kills_its_worker_when_stopped() -> None:
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from mltcp.lab.scenario.ns3 import launch
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    stop = threading.Event()
+    threading.Timer(0.2, stop.set).start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            launch._wait(proc, time.monotonic() + 60, stop)
+        assert time.monotonic() - t0 < 1.0
+        with pytest.raises(subprocess.TimeoutExpired):
+            launch._wait(proc, time.monotonic() + 0.3, None)
+    finally:
+        proc.kill()
+        proc.wait()

@@ -2,11 +2,15 @@
 
 Runs are independent processes, so ``parallel`` of them may run at once (threads
 waiting on processes); each reports progress in simulated seconds and has a
-wall-clock budget.
+wall-clock budget.  When the caller stops consuming (Ctrl-C or a teardown signal in the
+main thread, which the threads never see), the runs not started are cancelled and the
+running ones' processes killed within a fraction of a second: a thread pool's exit
+otherwise waits for every queued run, which is hours of ns-3.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
@@ -33,11 +37,16 @@ class Ns3Backend(Backend):
             for i, plan in enumerate(plans):
                 yield i, run_plan(plan, progress, self.budget_s)
             return
-        with ThreadPoolExecutor(max_workers=parallel) as pool:
-            futures = {pool.submit(run_plan, plan, progress, self.budget_s): i
+        stop = threading.Event()
+        pool = ThreadPoolExecutor(max_workers=parallel)
+        try:
+            futures = {pool.submit(run_plan, plan, progress, self.budget_s, stop): i
                        for i, plan in enumerate(plans)}
             for fut in as_completed(futures):
                 yield futures[fut], fut.result()
+        finally:
+            stop.set()                     # running workers: killed at their next poll
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 BACKEND = Ns3Backend

@@ -27,6 +27,7 @@ from mltcp.lab.scenario.trace import Trace, load_trace
 WORKER = "mltcp.lab.scenario.ns3.worker"
 DEFAULT_BUDGET_S = 1800.0          # wall-clock seconds one run may take
 STARTUP_S = 60.0                   # importing ns-3 and compiling the MLTCP classes
+POLL_S = 0.2                       # how often a waiting run checks whether to stop
 
 Progress = Callable[[str], None]
 
@@ -38,9 +39,26 @@ def require_ns3() -> None:
                               "pip install 'mltcp[ns3]' (PyPI ns3 3.44 with cppyy)")
 
 
+def _wait(proc: subprocess.Popen, deadline: float, stop: threading.Event | None) -> None:
+    """Wait for ``proc`` until ``deadline`` (monotonic; TimeoutExpired after it), or
+    until ``stop`` is set (KeyboardInterrupt: the caller kills the process)."""
+    while True:
+        try:
+            proc.wait(timeout=max(0.0, min(POLL_S, deadline - time.monotonic())))
+            return
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                raise
+        if stop is not None and stop.is_set():
+            raise KeyboardInterrupt("the run was stopped")
+
+
 def run_plan(plan: RunPlan, progress: Progress | None = None,
-             budget_s: float = DEFAULT_BUDGET_S) -> Trace:
-    """Run one plan on ns-3 in a worker process; its common trace."""
+             budget_s: float = DEFAULT_BUDGET_S,
+             stop: threading.Event | None = None) -> Trace:
+    """Run one plan on ns-3 in a worker process; its common trace.  ``stop`` set (by
+    the backend, when its caller was interrupted) kills the worker within ``POLL_S``
+    and raises KeyboardInterrupt: a thread never receives the main thread's Ctrl-C."""
     require_ns3()
     say = progress or (lambda _msg: None)
     scenario, scheme, seed = plan.scenario, plan.scheme, plan.seed
@@ -69,7 +87,7 @@ def run_plan(plan: RunPlan, progress: Progress | None = None,
         reader = threading.Thread(target=read_stderr, daemon=True)
         reader.start()
         try:
-            proc.wait(timeout=budget_s + STARTUP_S)
+            _wait(proc, started + budget_s + STARTUP_S, stop)
         except subprocess.TimeoutExpired:
             raise MltcpError(f"ns-3 run {scenario.name}/{scheme.name}/seed {seed} exceeded "
                              f"its {budget_s:.0f} s wall-clock budget") from None
