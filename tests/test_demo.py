@@ -78,12 +78,15 @@ def test_demo_compares_schemes_over_seeds_with_dedicated(clean_datapath, tmp_pat
     printed = io.StringIO()
     assert run_compare_demo(str(out_dir), seeds=(0, 1), scenario=str(spec), out=printed) == 0
     text = printed.getvalue()
-    rows = re.findall(r"^\| ([a-z-]+) \| (\d)/2 \|", text, re.M)
+    # scheme | N | converged | first interleaved |: every figure with its N
+    rows = re.findall(r"^\| ([a-z-]+) \| 2 \| (\d)/2 \| (\d)/2 \|", text, re.M)
     assert sorted(r[0] for r in rows) == sorted(DEMO_SCHEMES)
-    per_seed = re.findall(r"^\| ([a-z-]+) \| \S+ / [\d.]+ \| \S+ / [\d.]+ \| "
-                          r"[\d.]+-[\d.]+ \|$", text, re.M)
+    assert all(held <= first for _, held, first in rows)   # holding implies interleaving
+    per_seed = re.findall(r"^\| ([a-z-]+) \| \S+ \(\S+\) / [\d.]+ \| \S+ \(\S+\) / "
+                          r"[\d.]+ \| [\d.]+-[\d.]+ \|$", text, re.M)
     assert sorted(per_seed) == sorted(DEMO_SCHEMES)      # every seed's result, and the spread
     assert "What varies between seeds" in text
+    assert "x dedicated (95% CI " in text                # N = 2 seeds: an interval
     report = json.loads((out_dir / "report.json").read_text())
     assert set(report["dedicated_means"]) == {"a", "b"}
     assert sorted(p.name for p in (out_dir / "traces").iterdir()) == sorted(

@@ -353,8 +353,9 @@ def test_an_interrupted_parallel_ns3_run_stops_its_workers_and_starts_no_more(mo
 
     def fake_run_plan(plan, progress, budget_s, stop):  # type: ignore[no-untyped-def]
         started.append(plan)
-        while not stop.is_set():                     # a long ns-3 run, polling as _wait does
-            time.sleep(0.01)
+        deadline = time.monotonic() + 10                # never hang the suite
+        while not stop.is_set() and time.monotonic() < deadline:
+            time.sleep(0.01)                            # a long ns-3 run, polling as _wait does
         stopped.set()
         raise KeyboardInterrupt("the run was stopped")
 
@@ -362,11 +363,16 @@ def test_an_interrupted_parallel_ns3_run_stops_its_workers_and_starts_no_more(mo
     sc = load_scenario("compatible-pair")
     plans = [resolve(sc, sc.schemes[0], seed) for seed in range(6)]
     # Ctrl-C, for real: SIGINT to this process while the main thread waits for a run
-    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
-    t0 = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        for _ in backend.Ns3Backend().run(plans, parallel=2):
-            pass
+    # (with Python's own handler: a background job inherits SIGINT ignored)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            for _ in backend.Ns3Backend().run(plans, parallel=2):
+                pass
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert stopped.is_set() and time.monotonic() - t0 < 2.0
     assert len(started) == 2                            # the queued four never started
 
