@@ -88,9 +88,12 @@ def test_job_list_shows_the_registry(tmp_path: Path) -> None:
 def test_status_and_each_watch_refresh_is_one_line(tmp_path: Path) -> None:
     assert document(cli(tmp_path, "-j", "status")) == []
     assert document(cli(tmp_path, "status", "--json")) == []
+    # Ctrl-C is sent below: the child must not inherit SIGINT ignored (as every command
+    # of a suite started in the background by a shell without job control does).
     proc = subprocess.Popen([sys.executable, "-m", "mltcp.cli", "-j", "status", "--watch",
                              "0.05"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=_env(tmp_path / "state"), cwd=tmp_path)
+                            text=True, env=_env(tmp_path / "state"), cwd=tmp_path,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdout is not None
         refreshes = [json.loads(proc.stdout.readline()) for _ in range(3)]

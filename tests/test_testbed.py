@@ -169,7 +169,7 @@ mltcp = true
     assert names == ["dedicated-a-seed0.json", "dedicated-b-seed0.json",
                      "mltcp-reno-seed0.json"]
     doc = json.loads((out / "report.json").read_text())
-    assert doc["schema"] == "mltcp.report/1" and doc["scenario"] == "tiny"
+    assert doc["schema"] == "mltcp.report/2" and doc["scenario"] == "tiny"
     assert set(doc["dedicated_means"]) == {"a", "b"}
     # The ratio is the shared run's mean over the dedicated run's mean, as the
     # traces on disk record them (their values are timing, so only the
