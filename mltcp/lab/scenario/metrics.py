@@ -388,8 +388,14 @@ def counter_at(link: LinkTrace, counter: Counter, t: float) -> int | None:
     """Cumulative ``counter`` at t: last sample at or before t (first sample's before it)."""
     if not link.samples:
         return None
-    j = int(np.searchsorted(link.times(), t, side="right")) - 1
-    return int(link.column(counter)[max(j, 0)])
+    return int(_counters_at(link, counter, np.asarray(t)))
+
+
+def _counters_at(link: LinkTrace, counter: Counter, t: np.ndarray) -> np.ndarray:
+    """Cumulative ``counter`` at each t (a link with samples): the last sample at or
+    before it, the first sample's before the first."""
+    last = np.searchsorted(link.times(), t, side="right") - 1
+    return link.column(counter)[np.maximum(last, 0)]
 
 
 def counter_delta(link: LinkTrace, counter: Counter, t0: float, t1: float) -> int | None:
@@ -412,12 +418,8 @@ def _deltas_per_iteration(link: LinkTrace, job: JobTrace, counter: Counter) -> l
     if not link.samples:
         return [None] * len(job.iterations)
     starts, ends = _bounds(job)
-    values = link.column(counter)
-
-    def at(t: np.ndarray) -> np.ndarray:
-        return values[np.maximum(np.searchsorted(link.times(), t, side="right") - 1, 0)]
-
-    return [int(d) for d in at(ends) - at(starts)]
+    return [int(d) for d in _counters_at(link, counter, ends)
+            - _counters_at(link, counter, starts)]
 
 
 def ecn_marks_per_iteration(link: LinkTrace, job: JobTrace) -> list[int | None]:
@@ -539,17 +541,18 @@ def summarize(trace: Trace, dedicated: Mapping[str, float] | None = None,
         stats = iteration_stats(job, skip)
         ded = _check_dedicated(job.name, dedicated[job.name]) if job.name in dedicated else None
         ratio = None if ded is None or stats.mean is None else stats.mean / ded
+        # Overlap once per job: both convergence measures read the same values.
+        indices, overlaps = [r.index for r in job.iterations], overlap(trace, job.name)
         jobs[job.name] = {
             "iterations": len(job.iterations),
             "measured_iterations": stats.iterations,
             "mean": stats.mean, "p50": stats.p50, "p99": stats.p99,
             "dedicated_mean": ded,
             "ratio_to_dedicated": ratio,
-            "indices": [r.index for r in job.iterations],
-            "overlap": overlap(trace, job.name),
-            "convergence_iteration": convergence_iteration(trace, job.name, threshold, k),
-            "first_interleaved_iteration": first_interleaved_iteration(trace, job.name,
-                                                                       threshold, k),
+            "indices": indices,
+            "overlap": overlaps,
+            "convergence_iteration": held_from(indices, overlaps, threshold, k),
+            "first_interleaved_iteration": first_interleaved(indices, overlaps, threshold, k),
             "comm_throughput_bps": comm_throughput_bps(job),
             **loss_counts(job),
         }
