@@ -112,13 +112,15 @@ def plot(summary: dict, path: Path) -> list[Path]:
 def _errors(means: list[float], spreads: list[dict | None]) -> list[list[float]] | None:
     """Error bars (in hours, below and above) from each bar's interval in seconds; None
     where no bar has one (a single job set)."""
-    if not any(sp and sp.get("ci_lo") is not None for sp in spreads):
+    from mltcp.lab.common import plotting
+
+    def hours(sp: dict | None, end: str) -> float | None:
+        return sp[end] / 3600 if sp and sp.get(end) is not None else None
+
+    if not any(hours(sp, "ci_lo") is not None for sp in spreads):
         return None
-    lo = [m - sp["ci_lo"] / 3600 if sp and sp.get("ci_lo") is not None else 0.0
-          for m, sp in zip(means, spreads, strict=True)]
-    hi = [sp["ci_hi"] / 3600 - m if sp and sp.get("ci_hi") is not None else 0.0
-          for m, sp in zip(means, spreads, strict=True)]
-    return [lo, hi]
+    return plotting.error_bars(means, [hours(sp, "ci_lo") for sp in spreads],
+                               [hours(sp, "ci_hi") for sp in spreads])
 
 
 def markdown(summary: dict, timing: dict) -> str:

@@ -65,13 +65,26 @@ def styles() -> Iterator[dict[str, Any]]:
                "marker": _MARKERS[i % len(_MARKERS)], "markerfacecolor": "none"}
 
 
+def _markevery(ax: Any, vertices: int, markers: int) -> tuple[int, int]:
+    """About ``markers`` markers along the next line (of ``vertices``) on ``ax``, the
+    first further along for each line already there, so coinciding lines show all."""
+    step = max(1, vertices // markers)
+    return (len(ax.lines) * max(1, step // 4)) % step, step
+
+
+def error_bars(means: Sequence[float], lows: Sequence[float | None],
+               highs: Sequence[float | None]) -> list[list[float]]:
+    """``yerr`` for ``Axes.errorbar``/``bar``: each mean's distance down to its interval's
+    low end and up to its high end; 0 where it has no interval (N = 1)."""
+    return [[m - lo if lo is not None else 0.0 for m, lo in zip(means, lows, strict=True)],
+            [hi - m if hi is not None else 0.0 for m, hi in zip(means, highs, strict=True)]]
+
+
 def line_style(ax: Any, style: dict[str, Any], points: int) -> dict[str, Any]:
     """``style`` for the next line of ``points`` points on ``ax``: about 10 markers
     along it (a marker on each of thousands of points would be a smear), each line's
     starting further along, so that coinciding lines show every marker."""
-    step = max(1, points // 10)
-    return {**style, "markevery": ((len(ax.lines) * max(1, step // 4)) % step, step),
-            "markersize": 5}
+    return {**style, "markevery": _markevery(ax, points, 10), "markersize": 5}
 
 
 def ecdf(ax: Any, values: Iterable[float], label: str | None = None, **style: Any) -> None:
@@ -81,11 +94,10 @@ def ecdf(ax: Any, values: Iterable[float], label: str | None = None, **style: An
     data = list(values)
     if not data:
         return
-    step = max(1, 2 * len(data) // 8)          # a step line has two vertices per value
-    shift = (len(ax.lines) * max(1, step // 4)) % step
+    markevery = _markevery(ax, 2 * len(data), 8)   # a step line: two vertices per value
     line = ax.ecdf(data, label=label, **style)
     if style.get("marker") is not None:
-        line.set_markevery((shift, step))
+        line.set_markevery(markevery)
         line.set_markersize(5)
 
 

@@ -46,13 +46,6 @@ class Spread:
             return f"{value} (N={self.n})"
         return f"{value} [{format(self.lo, spec)}, {format(self.hi, spec)}] (N={self.n})"
 
-    @property
-    def half_widths(self) -> tuple[float, float]:
-        """(mean - lo, hi - mean), for error bars; (0, 0) without an interval."""
-        if self.mean is None or self.lo is None or self.hi is None:
-            return 0.0, 0.0
-        return self.mean - self.lo, self.hi - self.mean
-
 
 def _interval(estimate: float, n: int, statistic: Callable[[np.ndarray], np.ndarray],
               level: float, resamples: int, seed: int) -> Spread:

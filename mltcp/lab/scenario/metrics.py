@@ -133,6 +133,13 @@ def iteration_stats(job: JobTrace, skip: int = DEFAULT_SKIP) -> IterationStats:
                           p50=float(p50), p99=float(p99))
 
 
+def pooled_iteration_times(traces: Iterable[Trace]) -> np.ndarray:
+    """``end - start`` of every iteration of every job of ``traces``, seconds (what a
+    scheme's pooled percentiles and CDF are over)."""
+    parts = [job.iteration_times() for t in traces for job in t.jobs]
+    return np.concatenate(parts) if parts else np.array([])
+
+
 def _check_dedicated(name: str, value: float) -> float:
     fix = ("give the job's mean iteration time alone on the link "
            "(metrics.dedicated_means of its dedicated trace)")

@@ -97,12 +97,6 @@ def _dedicated_means(traces: list[Trace]) -> dict[str, float]:
     return {job: statistics.fmean(values) for job, values in means.items()}
 
 
-def pooled_times(traces: list[Trace]) -> np.ndarray:
-    """Every iteration time of every job of ``traces``, seconds."""
-    parts = [job.iteration_times() for t in traces for job in t.jobs]
-    return np.concatenate(parts) if parts else np.array([])
-
-
 def _times_from(trace: Trace, first: int) -> np.ndarray:
     """Every job's iteration times from iteration index ``first`` on."""
     parts = [np.array([r.end - r.start for r in job.iterations if r.index >= first])
@@ -128,7 +122,7 @@ def _scheme_block(scheme: Scheme, traces: list[Trace], summaries: list[dict]) ->
     conv = [s["overall"]["convergence_iteration"] for s in summaries]
     first = [s["overall"]["first_interleaved_iteration"] for s in summaries]
     ratios = [s["overall"]["mean_ratio_to_dedicated"] for s in summaries]
-    per_run = [pooled_times([t]) for t in traces]
+    per_run = [metrics.pooled_iteration_times([t]) for t in traces]
     per_mean = [float(x.mean()) if x.size else None for x in per_run]
     per_p99 = [_p99(x) for x in per_run]
     # The steady state: after each run's convergence (converged runs only), and, for

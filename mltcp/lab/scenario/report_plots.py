@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from mltcp.lab.common import plotting
+from mltcp.lab.scenario import metrics
 from mltcp.lab.scenario.trace import Trace
 
 TIMELINE_ITERATIONS = 100
@@ -103,7 +104,7 @@ def _cdf(by_scheme: dict[str, list[Trace]]):  # type: ignore[no-untyped-def]
     fig, ax = plotting.figure()
     style = plotting.styles()
     for name, traces in by_scheme.items():
-        times = [x for t in traces for j in t.jobs for x in j.iteration_times()]
+        times = metrics.pooled_iteration_times(traces)
         jobs = len(traces[0].jobs)
         plotting.ecdf(ax, times, label=plotting.with_n(name, len(traces),
                                                        f"runs x {jobs} jobs"),

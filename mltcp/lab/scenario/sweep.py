@@ -506,11 +506,10 @@ def _plots(rows: list[dict[str, Any]], grid_cols: list[str], out: Path,
             part = [p for p in part if p[mean] is not None]
             if not part:
                 continue
-            lo = [p[mean] - p[f"{column}_ci_lo"] if p[f"{column}_ci_lo"] is not None else 0
-                  for p in part]
-            hi = [p[f"{column}_ci_hi"] - p[mean] if p[f"{column}_ci_hi"] is not None else 0
-                  for p in part]
-            ax.errorbar([p[x] for p in part], [p[mean] for p in part], yerr=[lo, hi],
+            means = [p[mean] for p in part]
+            yerr = plotting.error_bars(means, [p[f"{column}_ci_lo"] for p in part],
+                                       [p[f"{column}_ci_hi"] for p in part])
+            ax.errorbar([p[x] for p in part], means, yerr=yerr,
                         capsize=3, label=f"{series}={validate.fmt(value)}" if series else None,
                         **next(style))
             if column == "convergence":
