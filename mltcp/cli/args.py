@@ -55,3 +55,11 @@ def port(example: str = "5201") -> Callable[[str], int]:
 def port_range() -> Callable[[str], str]:
     """``29500`` or ``29500-29600``, checked; the text is kept for the job's rule parser."""
     return _typed(str, lambda v: (validate.port_range(v, ""), v)[1], "a port or port range")
+
+
+def add_force_flag(parser: argparse.ArgumentParser) -> None:
+    """``--force``, for the commands that claim their ``--out`` for one run set
+    (:func:`mltcp.lab.common.runset.claim`)."""
+    parser.add_argument("--force", action="store_true",
+                        help="replace another run set's results in --out (default: refuse; "
+                             "more runs of the same run set need no flag)")

@@ -42,9 +42,7 @@ def register(sub: Any) -> None:
     where.add_argument("--dask", metavar="ADDR",
                        help="a running Dask cluster to run on, e.g. tcp://host:8786 "
                             "(default: none, runs here)")
-    rn.add_argument("--force", action="store_true",
-                    help="replace another run set's results in --out (default: refuse; "
-                         "the same config again needs no flag)")
+    args_.add_force_flag(rn)
     rn.set_defaults(handler=cmd_run, teardown_signals=True, records_results=True)
 
     tr = cls.add_parser("rl-train", help="train the RL contention-aware scheduler's policy "

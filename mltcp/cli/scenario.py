@@ -40,9 +40,7 @@ def register(sub: Any) -> None:
     rn.add_argument("--parallel", type=args_.integer(1, 64, "2"), default=1, metavar="N",
                     help="runs at once where the backend can (1..64; ns3: one process "
                          "each; default 1)")
-    rn.add_argument("--force", action="store_true",
-                    help="replace the results of another run set in --out (default: "
-                         "refuse; adding runs to the same run set needs no flag)")
+    args_.add_force_flag(rn)
     _hosts_options(rn)
     rn.set_defaults(handler=cmd_run, teardown_signals=True, records_results=True)
 
@@ -56,9 +54,7 @@ def register(sub: Any) -> None:
                          "scenario's)")
     cp.add_argument("--parallel", type=args_.integer(1, 64, "2"), default=1, metavar="N",
                     help="runs at once where the backend can (1..64; ns3; default 1)")
-    cp.add_argument("--force", action="store_true",
-                    help="replace the results of another run set in --out (default: "
-                         "refuse; adding runs to the same run set needs no flag)")
+    args_.add_force_flag(cp)
     _hosts_options(cp)
     cp.set_defaults(handler=cmd_compare, teardown_signals=True, records_results=True)
 
@@ -86,9 +82,7 @@ def register(sub: Any) -> None:
     sw.add_argument("--f-steps", type=args_.integer(0, 1_000_000, "8"), default=None,
                     help="fluid: F re-evaluations per iteration (0..1000000, 0: only at "
                          "phase events; default 8)")
-    sw.add_argument("--force", action="store_true",
-                    help="replace the results of another run set in --out (default: "
-                         "refuse; adding runs to the same run set needs no flag)")
+    args_.add_force_flag(sw)
     sw.set_defaults(handler=cmd_sweep, teardown_signals=True, records_results=True)
 
     bk = sub.add_parser("backends", help="the backends scenarios can run on "
@@ -125,9 +119,7 @@ def register(sub: Any) -> None:
     dm.add_argument("--json", metavar="FILE", dest="json_file",
                     help="--live: also write the trace and the datapath samples to FILE "
                          "(default: none; not the global -j)")
-    dm.add_argument("--force", action="store_true",
-                    help="replace the results of another run set in --out (default: "
-                         "refuse; adding runs to the same run set needs no flag)")
+    args_.add_force_flag(dm)
     dm.set_defaults(handler=cmd_demo, teardown_signals=True, records_results=True)
 
 

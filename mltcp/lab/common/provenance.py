@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 import mltcp
-from mltcp.lab.common.runset import COMMAND_LINE
+from mltcp.lab.common.runset import command_line
 
 # The checkout this package runs from, if any: mltcp/lab/common/ -> the repository.
 _REPO_DIR = Path(__file__).resolve().parents[3]
@@ -65,7 +65,6 @@ def provenance(extra: dict | None = None) -> dict:
     parsed it), ``time_utc`` (ISO 8601).  ``extra`` is merged last and wins, e.g. a
     remote host's kernel or an ns-3 version.
     """
-
     top = _git("rev-parse", "--show-toplevel")
     in_checkout = top is not None and Path(top).resolve() == _REPO_DIR
     sha = _git("rev-parse", "HEAD") if in_checkout else None
@@ -79,7 +78,7 @@ def provenance(extra: dict | None = None) -> dict:
         "mltcp": mltcp.__version__,
         "numpy": np.__version__,
         **_used_versions(),
-        "argv": list(COMMAND_LINE or sys.argv),
+        "argv": command_line(),
         "time_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
     if extra:

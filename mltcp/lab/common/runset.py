@@ -49,6 +49,12 @@ OUTPUTS = ("traces", "report.json", "summary.md", "iterations.parquet", "iterati
            "cells.parquet", "cells.csv", "*.png", "*.pdf", MANIFEST)
 
 
+def command_line() -> list[str]:
+    """This invocation's command line: as the CLI parsed it, else (the lab used as a
+    library) the interpreter's argv."""
+    return list(COMMAND_LINE or sys.argv)
+
+
 def digest(definition: Any) -> str:
     """A short, stable fingerprint of a JSON-serialisable definition (keys sorted)."""
     text = json.dumps(definition, sort_keys=True, separators=(",", ":"), allow_nan=False)
@@ -112,7 +118,7 @@ def new(kind: str, name: str, definition: Any, backend: str,
         schemes: Mapping[str, Mapping[str, Any]] | None = None,
         seeds: Iterable[int] = (), argv: Sequence[str] | None = None) -> RunSet:
     """A run set for ``definition`` (what decides its runs) with this invocation."""
-    invocation = {"argv": list(argv if argv is not None else COMMAND_LINE or sys.argv),
+    invocation = {"argv": list(argv if argv is not None else command_line()),
                   "mltcp": mltcp.__version__,
                   "time_utc": datetime.datetime.now(datetime.UTC).isoformat(
                       timespec="seconds")}
