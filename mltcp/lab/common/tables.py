@@ -17,6 +17,8 @@ from typing import Any
 
 from mltcp.lab.common.atomic import replacing, write_text
 
+FORMATS = ("parquet", "csv")
+
 
 def has_parquet() -> bool:
     """Whether pyarrow can be imported (the ``sweep`` extra installs it)."""
@@ -31,8 +33,23 @@ def write_table(rows: Sequence[dict[str, Any]], stem: str | Path,
                 columns: Sequence[str] | None = None, fmt: str | None = None) -> Path:
     """``rows`` as ``stem.parquet`` (pyarrow installed, or ``fmt="parquet"``) else
     ``stem.csv``; ``columns`` fixes the column order (default: the first row's keys).
-    Returns the path written."""
-    fmt = fmt or ("parquet" if has_parquet() else "csv")
+    Returns the path written; a table of the other format left beside it by an earlier
+    write is removed (:func:`drop_other_formats`)."""
+    path = _write(rows, stem, columns, fmt or ("parquet" if has_parquet() else "csv"))
+    drop_other_formats(path)
+    return path
+
+
+def drop_other_formats(path: Path) -> None:
+    """Remove ``path``'s table in the other format, so that no stale table of an earlier
+    run stays beside the one just written."""
+    for fmt in FORMATS:
+        if path.suffix != f".{fmt}":
+            path.with_suffix(f".{fmt}").unlink(missing_ok=True)
+
+
+def _write(rows: Sequence[dict[str, Any]], stem: str | Path, columns: Sequence[str] | None,
+           fmt: str) -> Path:
     names = list(columns if columns is not None else (rows[0] if rows else {}))
     path = Path(stem).with_suffix(f".{fmt}")
     if fmt == "parquet":

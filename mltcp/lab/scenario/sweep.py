@@ -50,7 +50,7 @@ import numpy as np
 from mltcp.core import validate
 from mltcp.core.aggressiveness import MAX_CAP, MAX_INTERCEPT, MAX_SLOPE, MIN_INTERCEPT
 from mltcp.core.errors import SpecError
-from mltcp.lab.common import plotting, runset, stats
+from mltcp.lab.common import plotting, runset, stats, tables
 from mltcp.lab.common.atomic import replacing, write_json
 from mltcp.lab.common.distributed import dask_client, require_dask
 from mltcp.lab.common.provenance import provenance
@@ -455,12 +455,12 @@ def write(spec: SweepSpec, rows: list[dict[str, Any]], out_dir: str | Path,
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     table = pd.DataFrame(rows)
-    if fmt not in ("parquet", "csv"):
+    if fmt not in tables.FORMATS:
         raise SpecError("format", f"unknown format {fmt!r}", "use parquet or csv")
     path = out / f"sweep.{fmt}"
     with replacing(path) as tmp:
         (table.to_parquet if fmt == "parquet" else table.to_csv)(tmp, index=False)
-    (out / f"sweep.{'csv' if fmt == 'parquet' else 'parquet'}").unlink(missing_ok=True)
+    tables.drop_other_formats(path)
     grid_cols = list(spec.grid)
     options = spec.backend_options.get("options")
     recorded = runset.read(out)

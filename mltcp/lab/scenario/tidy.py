@@ -50,9 +50,5 @@ def iteration_rows(traces: Sequence[Trace],
 
 
 def write_iterations(out: Path, traces: Sequence[Trace], summaries: Mapping[str, dict]) -> Path:
-    """``out/iterations.parquet`` (or .csv); the other format's stale file is removed."""
-    path = write_table(iteration_rows(traces, summaries), out / STEM, COLUMNS)
-    for other in (out / f"{STEM}.parquet", out / f"{STEM}.csv"):
-        if other != path:
-            other.unlink(missing_ok=True)
-    return path
+    """``out/iterations.parquet`` (or .csv; the other format's stale file is removed)."""
+    return write_table(iteration_rows(traces, summaries), out / STEM, COLUMNS)

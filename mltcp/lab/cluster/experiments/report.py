@@ -289,13 +289,8 @@ def cell_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
 def write_tables(report: dict[str, Any], out: Path) -> list[Path]:
     """jobs and cells, as Parquet (CSV without pyarrow); the paths written.  The other
     format's file from an earlier report is removed, so no stale table stays beside."""
-    written = [tables.write_table(job_rows(report), out / "jobs", job_columns()),
-               tables.write_table(cell_rows(report), out / "cells", cell_columns())]
-    for path in written:
-        for other in (".parquet", ".csv"):
-            if path.suffix != other:
-                path.with_suffix(other).unlink(missing_ok=True)
-    return written
+    return [tables.write_table(job_rows(report), out / "jobs", job_columns()),
+            tables.write_table(cell_rows(report), out / "cells", cell_columns())]
 
 
 # --------------------------------------------------------------------------- markdown
