@@ -131,9 +131,10 @@ def _improvement_spread(a: Mapping[int, Mapping[str, Any]], b: Mapping[int, Mapp
     spread = stats.bootstrap_ratio([a[s][key] for s in seeds], [b[s][key] for s in seeds])
     if spread.lo is None or spread.hi is None:
         return spread.n, None
-    ends = sorted(100 * ((r - 1) if higher_is_better else (1 - r))
-                  for r in (spread.lo, spread.hi))
-    return spread.n, (ends[0], ends[1])
+    # the ratio r = mean(a) / mean(b) improves on b as r improves on a baseline of 1
+    lo, hi = sorted(_improvement(r, 1.0, higher_is_better) or 0.0
+                    for r in (spread.lo, spread.hi))
+    return spread.n, (lo, hi)
 
 
 def rows(setup: str, cells: Mapping[Cell, Mapping[str, Any]],
