@@ -50,6 +50,10 @@ char _license[] SEC("license") = "GPL";
 #define MLTCP_REPORT_NS 1000000ULL   /* flow table refresh period */
 
 #define MLTCP_JOB_ENABLED 0x1
+/* The training loop signals the job's iteration ends (mltcp.hook): boundaries come from
+ * the signal, the budget wrap stays as a safety net, and idle gaps are no boundary (a
+ * pause over the gap inside an all-reduce would split the iteration). */
+#define MLTCP_JOB_SIGNALS 0x2
 
 
 /* Module ids, also used by the sockops classifier to pick the CC to set. */
@@ -75,7 +79,7 @@ struct mltcp_job_cfg {
 	__u32 intercept_fp;  /* Q16.16 */
 	__u32 cap_fp;        /* Q16.16, 0 = no cap */
 	__u32 signal_seq;    /* bumped by an explicit end-of-iteration signal */
-	__u32 flags;         /* MLTCP_JOB_ENABLED */
+	__u32 flags;         /* MLTCP_JOB_ENABLED, MLTCP_JOB_SIGNALS */
 	__u32 cc;            /* MLTCP_CC_* that the sockops classifier selects */
 	__u32 abi;           /* must equal MLTCP_ABI_VERSION */
 	__u32 _pad;

@@ -6,7 +6,7 @@
  * the fraction of its training job's per-iteration byte budget already acked
  * on this host.  The tracker (mltcp_on_ack, mltcp_on_tx_start, mltcp_boundary)
  * counts a job's acked bytes in its job state and finds iteration boundaries
- * (budget wrap, idle gap, explicit signal); mltcp_f_fixed computes F from it and
+ * (budget wrap, idle gap unless the job signals, explicit signal); mltcp_f_fixed computes F from it and
  * mltcp_scale_acked applies F to congestion avoidance.  The flow table and the
  * reduction counters `mltcp status` shows are written here too.  The tracker
  * mirrors mltcp/core/iteration.py (on_ack, on_tx_start) exactly, and F
@@ -58,7 +58,9 @@ static __always_inline void mltcp_boundary(struct mltcp_job_state *st, __u64 tai
  * CA_EVENT_TX_START: a connection sends after having nothing in flight.  With
  * nothing outstanding at all (packets_out == 0; an RTO retransmission has
  * packets out) and either an end-of-iteration signal pending or the job silent
- * for longer than gap_ns (it was computing), that ends its iteration.  The
+ * for longer than gap_ns (it was computing), that ends its iteration.  A job
+ * whose training loop signals (MLTCP_JOB_SIGNALS) takes its boundaries from the
+ * signal alone: a silence inside its communication is not a boundary.  The
  * restart counts as activity, so the job's other connections starting a moment
  * later add no boundary.
  */
@@ -89,7 +91,8 @@ static __always_inline void mltcp_on_tx_start(struct sock *sk, struct mltcp_flow
 		st->signals++;
 		mltcp_boundary(st, cfg->budget >> MLTCP_TAIL_SHIFT);
 		st->f_fp = mltcp_f_fixed(cfg, 0, cfg->budget);
-	} else if (st->last_ack_ns && now - st->last_ack_ns > cfg->gap_ns) {
+	} else if (!(cfg->flags & MLTCP_JOB_SIGNALS) && st->last_ack_ns &&
+		   now - st->last_ack_ns > cfg->gap_ns) {
 		st->gaps++;
 		mltcp_boundary(st, cfg->budget >> MLTCP_TAIL_SHIFT);
 		st->f_fp = mltcp_f_fixed(cfg, 0, cfg->budget);

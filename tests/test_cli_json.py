@@ -22,7 +22,7 @@ from mltcp.host import jobs, rules
 
 REPO = Path(__file__).resolve().parents[1]
 JOB_KEYS = {"id", "name", "cc", "budget", "learn", "slope", "intercept", "cap", "gap_ms",
-            "stale_s", "cgroup", "whole_host", "rules", "description"}
+            "stale_s", "cgroup", "whole_host", "signal", "rules", "description"}
 RULE = dataclasses.asdict(rules.Rule(port=29500))
 STATUS_KEYS = {"name", "id", "cc", "budget", "learning", "learned_budget", "iteration",
                "bytes_ratio", "f", "stale", "flows"}

@@ -159,6 +159,55 @@ def test_a_signal_before_the_last_acks_keeps_them_in_their_iteration() -> None:
     assert tracker.state.iteration == 3
 
 
+def _iterations_with_a_pause(tracker: IterationTracker, signal: bool) -> Sender:
+    """Four iterations, each with a pause of twice the idle gap halfway through its bytes
+    (DDP waiting for the backward pass between gradient buckets), every connection's
+    bytes acknowledged before it; with ``signal`` the loop signals each iteration's end."""
+    sender = Sender(tracker)
+    acks = ack_sizes(ITER_BYTES)
+    half = len(acks) // 2
+    for seq in range(4):
+        sender.now_ns += COMPUTE_NS
+        tracker.on_tx_start(sender.now_ns, signal_seq=seq if signal else 0)
+        for k, size in enumerate(acks):
+            if k == half:                    # the pause: a restart after a silence
+                sender.now_ns += 2 * GAP_NS
+                tracker.on_tx_start(sender.now_ns, signal_seq=seq if signal else 0)
+            sender.now_ns += ACK_SPACING_NS
+            tracker.on_ack(size, sender.now_ns)
+    return sender
+
+
+def test_a_pause_inside_communication_splits_an_iteration_by_the_gap_rule() -> None:
+    tracker = IterationTracker(0, GAP_NS, DEFAULT_F)
+    _iterations_with_a_pause(tracker, signal=False)
+    half = sum(ack_sizes(ITER_BYTES)[:len(ack_sizes(ITER_BYTES)) // 2])
+    assert tracker.state.iteration == 7           # 4 iterations counted as 7 boundaries
+    assert tracker.state.history[:2] == [half, ITER_BYTES - half]
+
+
+@pytest.mark.parametrize("budget", [0, 11_000_000, ITER_BYTES])
+def test_a_signalling_job_takes_its_boundaries_from_the_signal_alone(budget: int) -> None:
+    """With the job signalling, the pause is no boundary: each iteration is counted once,
+    at the restart after its signal, whatever the budget (the wrap only when the budget
+    is exact, and the signal's boundary after it finds no tail)."""
+    tracker = IterationTracker(budget, GAP_NS, DEFAULT_F, signals=True)
+    sender = _iterations_with_a_pause(tracker, signal=True)
+    assert tracker.state.history == [ITER_BYTES] * 3
+    assert tracker.state.iteration == (4 if budget == ITER_BYTES else 3)
+    assert tracker.on_tx_start(sender.now_ns + COMPUTE_NS, signal_seq=4)
+    assert tracker.state.iteration == 4 and tracker.state.history == [ITER_BYTES] * 4
+
+
+def test_a_signalling_job_that_misses_signals_still_wraps_at_the_budget() -> None:
+    """The budget is the safety net: no signal and no gap boundary, one wrap per
+    iteration's bytes."""
+    tracker = IterationTracker(ITER_BYTES, GAP_NS, DEFAULT_F, signals=True)
+    _iterations_with_a_pause(tracker, signal=False)
+    assert tracker.state.iteration == 4
+    assert tracker.state.history == []               # no gap or signal boundary at all
+
+
 def test_without_signal_or_gap_no_boundary() -> None:
     tracker = IterationTracker(0, GAP_NS, DEFAULT_F)
     sender = Sender(tracker)

@@ -144,6 +144,24 @@ def test_signal_bumps_the_sequence(loaded):
     assert _cfg(rec.id).signal_seq == 2  # a refresh keeps the signal sequence
 
 
+def test_a_signalling_job_has_no_gap_boundaries_from_attach_or_its_first_signal(loaded):
+    """JOB_SIGNALS turns the idle-gap rule off: set at attach (``signal = True``,
+    ``--signal``) or by the job's first signal, and kept by the agent's refresh."""
+    declared = jobs.attach(jobs.JobSpec(name="d", budget=1000, signal=True,
+                                        rules=(rules.Rule(port=7003),)))
+    silent = jobs.attach(jobs.JobSpec(name="u", budget=1000, rules=(rules.Rule(port=7004),)))
+    assert _cfg(declared.id).flags == maps.JOB_ENABLED | maps.JOB_SIGNALS
+    assert _cfg(silent.id).flags == maps.JOB_ENABLED
+    jobs.refresh()
+    assert _cfg(silent.id).flags == maps.JOB_ENABLED
+    jobs.signal("u")
+    assert _cfg(silent.id).flags == maps.JOB_ENABLED | maps.JOB_SIGNALS
+    jobs.refresh()
+    assert _cfg(silent.id).flags == maps.JOB_ENABLED | maps.JOB_SIGNALS
+    assert _cfg(declared.id).flags == maps.JOB_ENABLED | maps.JOB_SIGNALS
+    assert jobs.Registry().read()["d"].spec.signal
+
+
 def test_refresh_keeps_config_fresh_and_status_reports_stale(loaded):
     rec = jobs.attach(jobs.JobSpec(name="f", budget=1000, stale_s=1,
                                    rules=(rules.Rule(port=7002),)))

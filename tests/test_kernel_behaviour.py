@@ -288,6 +288,39 @@ def test_iteration_accounting_is_exact_and_budget_is_learned(lab, job):
     assert status.budget == per_iter and status.learned_budget == per_iter
 
 
+@pytest.mark.parametrize("signal", [False, True])
+def test_a_pause_inside_communication_splits_an_iteration_unless_the_job_signals(
+        lab, job, signal):
+    """Each iteration's bytes go out in two halves with a silence of twice the idle gap
+    between them (DDP waiting for the backward pass between buckets).  By the gap rule
+    the silence is a boundary; a job that signals takes its boundaries from the signal
+    alone (sent after each iteration's bytes are acknowledged, as the hook does), so each
+    iteration is counted once with its exact bytes.  The budget is twice an iteration's
+    bytes, so no wrap counts anything here."""
+    per_iter, iters = 4_000_000, 4
+    for attempt in range(3):
+        name = f"pause{int(signal)}{attempt}"
+        rec = job(name, "cubic", gap_ms=250, budget=2 * per_iter, signal=signal)
+        [rep] = traffic.run_jobs([flow(lab, "cubic", iterations=iters, bytes_per_worker=per_iter,
+                                       compute_ms=700, pause_ms=500,
+                                       signal_job=name if signal else None)])
+        if not any(it["rtos"] for it in rep["iterations"]):
+            break
+        jobs.detach(name)       # a timeout longer than the gap is a silence too
+    else:
+        pytest.fail("three runs in a row had a retransmission timeout")
+    st = job_state(rec.id)
+    assert st.wraps == 0
+    if signal:
+        assert st.gaps == 0 and st.signals == iters - 1    # the last one is still pending
+        assert st.iteration == iters - 1
+        assert st.history() == [per_iter] * (iters - 1)
+    else:
+        assert st.signals == 0 and st.gaps == 2 * iters - 1  # every pause and compute
+        assert st.iteration == 2 * iters - 1
+        assert sorted(set(st.history())) == [per_iter // 2]
+
+
 def test_cgroup_attach_selects_mltcp_for_an_unmodified_program(lab, job):
     root = datapath.cgroup2_root()
     cg = root / f"mltcp-test-{uuid.uuid4().hex[:6]}"

@@ -113,6 +113,11 @@ def _register_job(sub: Any) -> None:
                    help="intercept..128 (default: none, F <= intercept + slope)")
     a.add_argument("--gap-ms", type=args_.finite(), default=None,
                    help="idle gap that starts a new iteration (0.05..60000, default 5)")
+    a.add_argument("--signal", action="store_true",
+                   help="the training loop signals each iteration's end (mltcp.hook, `mltcp "
+                        "job signal`): boundaries come from the signals, never from idle "
+                        "gaps; the budget still ends an iteration if a signal is missed "
+                        "(default: off; the first signal turns it on)")
     a.add_argument("--stale-s", type=args_.finite(), default=None,
                    help="fall back to the standard CC when not refreshed for this long "
                         "(1..86400 or 0 = never; default 30)")
@@ -220,7 +225,7 @@ def _job_spec(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return spec_from_fields({key: getattr(args, key, None) for key in (
         "name", "cc", "budget", "gradient_bytes", "workers", "collective", "role", "servers",
         "learn", "preset", "slope", "intercept", "cap", "gap_ms", "stale_s", "cgroup",
-        "whole_host", "dst", "port", "local_port")})
+        "whole_host", "signal", "dst", "port", "local_port")})
 
 
 def cmd_job(args: argparse.Namespace) -> int:

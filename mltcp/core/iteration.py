@@ -24,7 +24,12 @@ An iteration ends at a *boundary*, which has three sources:
    can still be unacknowledged, and a boundary there would cut off that tail (measured
    on DDP: up to ~0.5 MB early, and now and then the tail counted as an iteration).
    Back-to-back iterations whose connections never go idle keep the signal pending;
-   the budget wrap still ends their iterations.
+   the budget wrap still ends their iterations.  A job that signals (``signals``, the
+   kernel config's ``MLTCP_JOB_SIGNALS``: declared at attach, or set by the control
+   plane at its first signal) takes its boundaries from the signal alone: the idle-gap
+   rule (2.) is off for it, so a pause longer than the gap inside its communication
+   (DDP waiting for the backward pass between gradient buckets) does not split the
+   iteration.  The budget wrap (1.) stays as the safety net for a missed signal.
 
 A gap/signal boundary after a wrap usually finds only a small tail (the budget was a
 little low, or headers/rounding differ). Tails of at most ``budget >> tail_shift``
@@ -77,7 +82,8 @@ class IterationTracker:
     """Tracks one job's iteration progress and the F it should apply to each ACK."""
 
     def __init__(
-        self, budget: int, gap_ns: int, agg: FixedAggressiveness, tail_shift: int = 4
+        self, budget: int, gap_ns: int, agg: FixedAggressiveness, tail_shift: int = 4,
+        signals: bool = False,
     ) -> None:
         self._budget = _check_budget(budget)
         validate.at_least(gap_ns, "gap_ns", 1,
@@ -92,6 +98,7 @@ class IterationTracker:
         self.gap_ns = gap_ns
         self.agg = agg
         self.tail_shift = tail_shift
+        self.signals = bool(signals)   # the config's MLTCP_JOB_SIGNALS: no gap boundaries
         self.state = JobTrackerState()
 
     @property
@@ -129,7 +136,7 @@ class IterationTracker:
                     ) -> bool:
         """A connection of the job starts sending after being idle; True if that was a
         boundary (an end-of-iteration signal is pending, or the job had been silent for
-        more than ``gap_ns``).
+        more than ``gap_ns`` and does not signal).
 
         ``packets_out`` is what the connection still has outstanding: a restart with
         data in flight is a loss recovery (after an RTO), never a compute gap.
@@ -147,7 +154,9 @@ class IterationTracker:
         signalled = signal_seq is not None and signal_seq != st.signal_seen
         if signalled:
             st.signal_seen = signal_seq  # type: ignore[assignment]
-        boundary = signalled or (st.last_ack_ns != 0 and now_ns - st.last_ack_ns > self.gap_ns)
+        idle = (not self.signals and st.last_ack_ns != 0
+                and now_ns - st.last_ack_ns > self.gap_ns)
+        boundary = signalled or idle
         if boundary:
             self._boundary()
             st.f_fp = self.agg.f_fixed(0, self._budget)

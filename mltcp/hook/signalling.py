@@ -183,8 +183,9 @@ class Signaller:
             stream = self._stderr or sys.stderr
             stream.write(f"mltcp.hook: the end-of-iteration signal for job {self.job!r} "
                          f"failed: {exc}; training goes on and the datapath finds iterations "
-                         "by its idle-gap rule (later failures are counted in the records, "
-                         "not printed)\n")
+                         "by its budget (and by idle gaps unless the job signalled before or "
+                         "was attached with --signal; later failures are counted in the "
+                         "records, not printed)\n")
             stream.flush()
         return SignalOutcome(error=str(exc))
 

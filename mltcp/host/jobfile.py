@@ -44,7 +44,7 @@ from mltcp.host.state import host_lock
 
 JOB_KEYS = ("name", "cc", "budget", "gradient_bytes", "workers", "collective", "role",
             "servers", "learn", "preset", "slope", "intercept", "cap", "gap_ms", "stale_s",
-            "cgroup", "whole_host", "dst", "port", "local_port")
+            "cgroup", "whole_host", "signal", "dst", "port", "local_port")
 FILE_KEYS = ("modules", "job")
 DEFAULT_FILE = Path("/etc/mltcp/jobs.toml")
 
@@ -56,7 +56,7 @@ def spec_from_fields(f: Mapping[str, Any], at: str = "") -> jobs.JobSpec:
         value = f.get(key)
         return default if value is None else value
 
-    for key in ("learn", "whole_host"):
+    for key in ("learn", "whole_host", "signal"):
         if f.get(key) is not None and not isinstance(f[key], bool):
             raise SpecError(f"{at}{key}", f"must be true or false (got {f[key]!r})",
                             f"write {key} = true")
@@ -76,7 +76,8 @@ def spec_from_fields(f: Mapping[str, Any], at: str = "") -> jobs.JobSpec:
         slope=get("slope", base.slope), intercept=get("intercept", base.intercept),
         cap=get("cap", base.cap), gap_ms=get("gap_ms", jobs.DEFAULT_GAP_MS),
         stale_s=get("stale_s", jobs.DEFAULT_STALE_S), cgroup=f.get("cgroup"),
-        whole_host=bool(get("whole_host", False)), rules=tuple(found))
+        whole_host=bool(get("whole_host", False)), signal=bool(get("signal", False)),
+        rules=tuple(found))
     try:
         if f.get("budget") is not None:
             budget = f["budget"]

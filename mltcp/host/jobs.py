@@ -47,6 +47,8 @@ class JobSpec:
     stale_s: float = DEFAULT_STALE_S
     cgroup: str | None = None
     whole_host: bool = False         # the root cgroup is meant: every socket of the host
+    signal: bool = False             # the training loop signals iteration ends (mltcp.hook):
+                                     # boundaries from the signal, never from idle gaps
     rules: tuple[rules.Rule, ...] = ()  # alternatives (OR); each one ANDs its conditions
     description: dict | None = None  # JobDescription fields, when the budget came from one
 
@@ -135,9 +137,14 @@ def cgroup_path(text: str, whole_host: bool = False) -> Path:
 
 
 def render_cfg(spec: JobSpec, budget: int | None = None, signal_seq: int = 0,
-               now_ns: int | None = None) -> maps.JobCfg:
-    """The kernel's job config for this spec (the one place parameters are rendered)."""
+               now_ns: int | None = None, signalled: bool = False) -> maps.JobCfg:
+    """The kernel's job config for this spec (the one place parameters are rendered).
+
+    ``signalled``: the job has signalled an iteration's end before (the config being
+    renewed had ``JOB_SIGNALS``): a job that signals keeps taking its boundaries from the
+    signal, declared (``spec.signal``) or not."""
     fixed = spec.aggressiveness.to_fixed()
+    flags = maps.JOB_ENABLED | (maps.JOB_SIGNALS if spec.signal or signalled else 0)
     return maps.JobCfg(
         budget=spec.budget if budget is None else budget,
         gap_ns=int(spec.gap_ms * 1e6),
@@ -147,7 +154,7 @@ def render_cfg(spec: JobSpec, budget: int | None = None, signal_seq: int = 0,
         intercept_fp=fixed.intercept_fp,
         cap_fp=fixed.cap_fp,
         signal_seq=signal_seq,
-        flags=maps.JOB_ENABLED,
+        flags=flags,
         cc=maps.CC_IDS[spec.cc],
         abi=maps.ABI_VERSION,
     )
@@ -325,7 +332,9 @@ def detach_all(registry: Registry | None = None) -> list[str]:
 
 def signal(name: str, registry: Registry | None = None) -> int:
     """Explicit end-of-iteration signal: the job's next restart of sending (after its
-    iteration's bytes are acknowledged) starts a new iteration.
+    iteration's bytes are acknowledged) starts a new iteration.  From the first signal on
+    the job's boundaries come from its signals (``JOB_SIGNALS``; the budget wrap stays as
+    a safety net): a pause inside its communication no longer splits an iteration.
     Under the host lock, so the agent's refresh (which rewrites the config with the
     sequence number it read) cannot lose it."""
     registry = registry or Registry()
@@ -339,6 +348,7 @@ def signal(name: str, registry: Registry | None = None) -> int:
             if cfg is None or not cfg.flags & maps.JOB_ENABLED:
                 raise MltcpError(f"job {name!r} has no live config: re-attach it")
             cfg.signal_seq = (cfg.signal_seq + 1) & 0xFFFFFFFF
+            cfg.flags |= maps.JOB_SIGNALS
             cfg_map.put(key, cfg)
             return int(cfg.signal_seq)
 
@@ -392,5 +402,6 @@ def refresh(registry: Registry | None = None, now_ns: int | None = None) -> dict
                     record.learned_budget = value
                     learned[name] = value
             cfg_map.put(key, render_cfg(record.spec, budget=budget, signal_seq=cfg.signal_seq,
-                                        now_ns=now_ns))
+                                        now_ns=now_ns,
+                                        signalled=bool(cfg.flags & maps.JOB_SIGNALS)))
     return learned

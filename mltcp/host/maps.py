@@ -19,6 +19,7 @@ ABI_VERSION = 2
 MAX_JOBS = 256
 HISTORY = 8
 JOB_ENABLED = 0x1
+JOB_SIGNALS = 0x2   # the training loop signals iteration ends: no idle-gap boundaries
 
 PIN_ROOT = Path(os.environ.get("MLTCP_PIN_ROOT", "/sys/fs/bpf/mltcp"))
 

@@ -18,6 +18,11 @@ successor:
   per-step chunks from its predecessor; the bytes on every link and the barrier are
   those of ring AllReduce, the step-level dependencies inside one iteration are not
   modelled.
+* ``pause_ms > 0``: a silence inside every iteration's communication: each connection
+  sends the first half of its share, waits until it is acknowledged, pauses, then sends
+  the rest (DDP waiting for the backward pass between gradient buckets); the iteration
+  tracker's tests use it.  ``signal_job``: after each iteration the job signals its end
+  to the datapath (``mltcp.host.jobs.signal``, as the hook does through the agent).
 * ``duration_s > 0``: bulk instead: every sender streams for that long (goodput
   counts the bytes ACKed by the deadline).
 
@@ -48,6 +53,7 @@ from typing import Any
 
 from mltcp.core import validate
 from mltcp.core.errors import MltcpError, SpecError
+from mltcp.host import jobs
 from mltcp.host.namespaces import enter_netns
 from mltcp.lab.scenario.emulation.procgroup import ProcessGroup
 from mltcp.lab.scenario.emulation.sockets import (
@@ -95,6 +101,8 @@ class TrafficSpec:
     bytes_per_worker: int = 0
     compute_ms: float = 0.0
     compute_jitter_ms: list[float] = field(default_factory=list)
+    pause_ms: float = 0.0              # > 0: a silence halfway through each connection's share
+    signal_job: str | None = None      # the datapath job to signal at each iteration's end
     duration_s: float = 0.0
     t0: float | None = None            # CLOCK_MONOTONIC of time 0; None: once connected
     start_offset_ms: float = 0.0
@@ -124,6 +132,10 @@ class TrafficSpec:
                             "byte per connection",
                             f"use at least {self.connections} (one per connection)")
         validate.number(self.compute_ms, "compute_ms", 0, 600_000, "120")
+        validate.number(self.pause_ms, "pause_ms", 0, 600_000, "0 (no pause)")
+        if self.pause_ms and not self.iterations:
+            raise SpecError("pause_ms", "a pause inside communication needs iterations",
+                            "give iterations > 0, or pause_ms = 0 for bulk traffic")
         if self.sample_ms:
             validate.number(self.sample_ms, "sample_ms", 0.1, 60_000, "10")
 
@@ -285,8 +297,8 @@ def run(spec: TrafficSpec) -> dict[str, Any]:
             for _ in range(spec.iterations):
                 barrier.wait()                          # iteration starts (compute done)
                 before = _loss_counters(s.socks)
-                sends = [threading.Thread(target=send_and_wait_acked,
-                                          args=(sock, n, payload, ACK_POLL_S))
+                sends = [threading.Thread(target=_send_share,
+                                          args=(sock, n, payload, spec.pause_ms / 1000))
                          for sock, n in zip(s.socks, shares, strict=True) if n]
                 for t in sends:
                     t.start()
@@ -346,6 +358,17 @@ def run(spec: TrafficSpec) -> dict[str, Any]:
             "samples": sampler.samples if sampler is not None else []}
 
 
+def _send_share(sock: socket.socket, nbytes: int, payload: memoryview, pause_s: float) -> None:
+    """One connection's share of an iteration, acknowledged; with ``pause_s`` the first
+    half is acknowledged, then the connection stays silent that long before the rest."""
+    if pause_s > 0 and nbytes > 1:
+        first = nbytes // 2
+        send_and_wait_acked(sock, first, payload, ACK_POLL_S)
+        time.sleep(pause_s)
+        nbytes -= first
+    send_and_wait_acked(sock, nbytes, payload, ACK_POLL_S)
+
+
 def _iterations(spec: TrafficSpec, senders: list[_Sender], barrier: threading.Barrier,
                 t0: float) -> list[dict[str, Any]]:
     """The main thread's side of every iteration: compute, then the two barriers."""
@@ -358,6 +381,8 @@ def _iterations(spec: TrafficSpec, senders: list[_Sender], barrier: threading.Ba
         barrier.wait()
         barrier.wait()
         comm_end = max(s.comm_end for s in senders)
+        if spec.signal_job:        # the hook's signal, without the agent in between
+            jobs.signal(spec.signal_job)
         records.append({"index": k, "start": it_start - t0, "comm_start": comm_start - t0,
                         "comm_end": comm_end - t0, "end": comm_end - t0,
                         "bytes": spec.bytes_per_worker * len(senders),

@@ -227,6 +227,8 @@ class HostRun:
                 "--gap-ms", repr(job.idle_gap_ms), "--cgroup", on.cgroup]
         if scheme.cap is not None:
             args += ["--cap", repr(scheme.cap)]
+        if workload.signal:     # boundaries from the hook's signals, none from idle gaps
+            args.append("--signal")
         return args
 
     def gradient_bytes(self, on: JobOnHosts) -> int:
