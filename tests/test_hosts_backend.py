@@ -120,9 +120,16 @@ def test_one_short_run_per_scheme(hosts, scheme) -> None:
         # per iteration, though both of its ranks signal on this one kernel).
         assert counted["a"]["stale_fallbacks"] == counted["b"]["stale_fallbacks"] == 0
         assert counted["a"]["signals"] >= 6 and counted["b"]["signals"] == 0
+        assert counted["a"]["gaps"] == 0          # a signalling job: no gap boundaries
         assert counted["b"]["gaps"] >= 5
     else:
         assert counted == {}
+    # The synchronized start as it went: each job's skew and start-up; a run that
+    # missed it was run again (attempt 2) and is marked, never passed off as synchronized.
+    began = trace["provenance"]["start"]
+    assert set(began["jobs"]) == {"a", "b"} and began["attempt"] in (1, 2)
+    assert all(j["startup_s"] is not None and j["startup_s"] > 0 for j in began["jobs"].values())
+    assert began["synchronized"] == (began["max_skew_s"] <= began["tolerance_s"])
     hosts_seen = trace["provenance"]["hosts"]
     assert [h["name"] for h in hosts_seen] == ["h1", "h3", "h2", "h4"] or \
         sorted(h["name"] for h in hosts_seen) == ["h1", "h2", "h3", "h4"]
@@ -133,9 +140,12 @@ def test_one_short_run_per_scheme(hosts, scheme) -> None:
     root = datapath.cgroup2_root()
     assert not list(root.glob("mltcp-*"))
     assert not list(Path("/tmp").glob("mltcp-hosts*"))
-    logs = [p for p in (out / "logs").rglob("*.log") if not p.name.startswith("agent-")]
+    final = [d for d in (out / "logs").iterdir() if d.name.endswith("-attempt2")] \
+        if began["attempt"] == 2 else [d for d in (out / "logs").iterdir()
+                                       if not d.name.endswith("-attempt2")]
+    logs = [p for d in final for p in d.rglob("*.log") if not p.name.startswith("agent-")]
     assert len(logs) == 4
-    agents = list((out / "logs").rglob("agent-*.log"))
+    agents = [p for d in final for p in d.rglob("agent-*.log")]
     assert len(agents) == (1 if scheme.startswith("mltcp") else 0)
     # torchrun's agents may log a failed exit barrier when node 0 ends first: harmless;
     # a worker's own traceback is not.

@@ -176,7 +176,10 @@ def test_the_transformer_trains_on_two_ranks_and_signals_each_iteration(
             "MLTCP_START_AT": str(start_at)})
     records = _check_records(tmp_path, model, "lm")
     assert all(r.start_wall >= start_at for r in records)
-    assert "start: the first iteration waits" in stdout
+    from mltcp.lab.scenario.hosts.start import ready_at
+    ready = ready_at(stdout)        # the line the hosts backend reads
+    assert ready is not None and ready < start_at
+    assert "the first iteration waits" in stdout
     assert all(r.signal_seq is not None and r.signal_failures == 0 for r in records)
     assert sorted((m["iteration"], m["job"], m["op"]) for _, m in agent.received) == sorted(
         (r.iteration, "lm", "signal") for r in records)

@@ -133,11 +133,15 @@ def _train_ranks(run: RunSpec, h: hook.IterationHook, net: Any,
                   net.description, h)
     dist.barrier()
     if run.start_at is not None:
-        wait = run.start_at - time.time()
-        if rank == 0:
-            print(f"start: the first iteration waits {max(0.0, wait):.1f} s, until "
-                  f"{time.strftime('%H:%M:%S', time.localtime(run.start_at))} "
-                  "(--start-at)", flush=True)
+        ready = time.time()
+        wait = run.start_at - ready
+        if rank == 0:       # "start: ready at" is what the hosts backend reads
+            when = time.strftime('%H:%M:%S', time.localtime(run.start_at))
+            print(f"start: ready at {ready:.3f}; " + (
+                f"the first iteration waits {wait:.1f} s, until {when} (--start-at)"
+                if wait >= 0 else
+                f"LATE: {-wait:.1f} s after {when} (--start-at); the first iteration starts "
+                "now, not together with the other jobs"), flush=True)
         time.sleep(max(0.0, wait))
     pad_s = run.gpu_time_ms / 1000
     durations: list[float] = []

@@ -27,7 +27,9 @@ report.json:
         retransmits_per_iteration, rtos (null where not recorded),
         speedup {baseline, n, mean, mean_ci, p99, p99_ci} | null,
         speedup_vs_standard {standard scheme: {n, mean, mean_ci, p99, p99_ci} | null} | null}},
-    runs {"<scheme>/seed<N>": mltcp.lab.scenario.metrics.summarize(...)}
+    runs {"<scheme>/seed<N>": mltcp.lab.scenario.metrics.summarize(...), and on the hosts
+          backend "start": the synchronized start as it went (mltcp.lab.scenario.hosts.start:
+          each job's first-iteration skew and start-up, synchronized or not)}
 
 A ``spread`` is :class:`mltcp.lab.common.stats.Spread`'s ``{n, mean, ci_lo, ci_hi, level}``
 over the scheme's runs (one value per run); intervals are None with one run.
@@ -229,6 +231,9 @@ def build_report(out_dir: str | Path, threshold: float = metrics.DEFAULT_THRESHO
         by_scheme.setdefault(t.scheme, []).append(t)
     summaries = {f"{t.scheme}/seed{t.seed}": metrics.summarize(t, dedicated_means, threshold, k)
                  for t in runs}
+    for t in runs:      # the hosts backend's synchronized start, as it went
+        if t.provenance.get("start"):
+            summaries[f"{t.scheme}/seed{t.seed}"]["start"] = t.provenance["start"]
     schemes = {name: _scheme_block(schemes_run[name], ts,
                                    [summaries[f"{name}/seed{t.seed}"] for t in ts])
                for name, ts in by_scheme.items()}
@@ -362,6 +367,27 @@ def _speedup_lines(report: dict) -> list[str]:
     return [*lines, ""]
 
 
+def _start_lines(report: dict) -> list[str]:
+    """Whether the runs' jobs started together (hosts backend; nothing elsewhere): a run
+    whose jobs missed their moment is named, never counted as synchronized."""
+    starts = {name: run["start"] for name, run in report["runs"].items() if run.get("start")}
+    if not starts:
+        return []
+    missed = {name: rec for name, rec in starts.items() if not rec["synchronized"]}
+    worst = max(rec["max_skew_s"] for rec in starts.values() if rec["synchronized"]) \
+        if len(missed) < len(starts) else None
+    line = (f"Synchronized start: {len(starts) - len(missed)} of {len(starts)} runs had every "
+            f"job's first iteration within {next(iter(starts.values()))['tolerance_s'] * 1000:g}"
+            " ms of its moment")
+    line += f" (largest skew {worst * 1000:.0f} ms)." if worst is not None else "."
+    if missed:
+        line += " NOT synchronized (their jobs did not start together): " + "; ".join(
+            f"{name}: " + ", ".join(f"{job} {j['skew_s']:+.2f} s" for job, j in rec["jobs"].items()
+                                    if abs(j["skew_s"]) > rec["tolerance_s"])
+            for name, rec in missed.items()) + "."
+    return [line, ""]
+
+
 def _runset_line(report: dict) -> str:
     rs = report.get("runset")
     if not rs:
@@ -392,6 +418,7 @@ def markdown(report: dict, figures: list[str], table_file: str) -> str:
         "dedicated:", "",
         seeds_table(report), "",
         *_speedup_lines(report),
+        *_start_lines(report),
         _runset_line(report), "",
         f"git {prov.get('git_sha', '?')[:12]}{' (dirty)' if prov.get('git_dirty') else ''}, "
         f"kernel {prov.get('kernel', '?')}, {prov.get('time_utc', '')}. Every iteration: "

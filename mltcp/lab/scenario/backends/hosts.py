@@ -12,6 +12,11 @@ scheme, what the datapath counted per job (``provenance.datapath``: iterations, 
 budget boundaries, signals; the measure of its iteration detection against the hook's).
 The dedicated baseline is each job alone on the same hosts (the runner's ``only_job``
 plans).
+The jobs start their first iterations at one moment; the slack before it follows the
+start-up measured on the hosts (:mod:`mltcp.lab.scenario.hosts.start`), each job's
+first-iteration skew is recorded in the trace (``provenance.start``), and a run whose
+jobs missed the moment is run again once with a slack its start-up calls for (still
+missed: recorded as not synchronized, and the report says so).
 Everything is undone afterwards, also on a failure, Ctrl-C or SIGTERM.
 """
 
@@ -24,6 +29,7 @@ from pathlib import Path
 
 from mltcp.core.errors import CapabilityError, SpecError
 from mltcp.lab.scenario.backends.base import Backend, Capabilities, Progress
+from mltcp.lab.scenario.hosts.start import DEFAULT_SLACK_S, StartClock, describe
 from mltcp.lab.scenario.plan import RunPlan
 from mltcp.lab.scenario.trace import Trace
 
@@ -40,7 +46,8 @@ class HostsBackend(Backend):
         self.inventory_path = inventory
         self.keep_logs = Path(keep_logs) if keep_logs is not None else None
         self.timeout_s = timeout_s
-        self.start_slack_s = start_slack_s   # None: training.START_SLACK_S
+        self.start_slack_s = start_slack_s   # None: start.DEFAULT_SLACK_S
+        self.clock = StartClock(DEFAULT_SLACK_S if start_slack_s is None else start_slack_s)
 
     def require(self) -> None:
         for tool in ("ssh", "scp"):
@@ -77,10 +84,25 @@ class HostsBackend(Backend):
             yield i, self._run_one(plan, inventory, progress)
 
     def _run_one(self, plan: RunPlan, inventory, progress: Progress | None) -> Trace:  # type: ignore[no-untyped-def]
+        """One plan; run again once when its jobs missed their synchronized start."""
+        say = progress or (lambda _msg: None)
+        for attempt in (1, 2):
+            trace = self._attempt(plan, inventory, progress, attempt)
+            record = trace.provenance["start"]
+            self.clock.measured(record)
+            if record["synchronized"] or attempt == 2:
+                say(f"{plan.stem}: {describe(record)}")
+                return trace
+            say(f"{plan.stem}: {describe(record)}; running it again with slack "
+                f"{self.clock.slack_s():.1f} s")
+        raise AssertionError("unreachable")
+
+    def _attempt(self, plan: RunPlan, inventory, progress: Progress | None,  # type: ignore[no-untyped-def]
+                 attempt: int) -> Trace:
         from mltcp.lab.scenario.hosts.training import HostRun
 
         workdir = Path(tempfile.mkdtemp(prefix="mltcp-hostsrun-"))
-        run = HostRun(plan, inventory, workdir, progress, self.start_slack_s)
+        run = HostRun(plan, inventory, workdir, progress, self.clock.slack_s())
         try:
             run.open()
             if plan.scheme.mltcp:
@@ -91,11 +113,12 @@ class HostsBackend(Backend):
             if plan.scheme.mltcp:
                 run.read_datapath()
             records = run.collect()
-            return _trace(plan, run, records)
+            return _trace(plan, run, records, run.start_record(records, attempt))
         finally:
             run.close()
             if self.keep_logs is not None:
-                dest = self.keep_logs / plan.stem
+                dest = self.keep_logs / (plan.stem if attempt == 1
+                                         else f"{plan.stem}-attempt{attempt}")
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copytree(workdir, dest, dirs_exist_ok=True,
                                 ignore=shutil.ignore_patterns("ssh"))
@@ -118,7 +141,7 @@ def _require_doctor(run) -> None:  # type: ignore[no-untyped-def]
                               f"{run.plan.scheme.name}:\n{rows}")
 
 
-def _trace(plan: RunPlan, run, records) -> Trace:  # type: ignore[no-untyped-def]
+def _trace(plan: RunPlan, run, records, start: dict) -> Trace:  # type: ignore[no-untyped-def]
     from mltcp.lab.common.provenance import provenance
     from mltcp.lab.scenario.trace import IterationRecord, JobTrace
 
@@ -138,7 +161,8 @@ def _trace(plan: RunPlan, run, records) -> Trace:  # type: ignore[no-untyped-def
     return Trace(scenario=plan.scenario.name, scheme=plan.scheme.name, backend="hosts",
                  seed=plan.seed, jobs=tuple(jobs),
                  provenance=provenance({"hosts": [f.to_dict() for f in run.facts.values()],
-                                        "datapath": run.datapath_counts}),
+                                        "datapath": run.datapath_counts,
+                                        "start": start}),
                  params=plan.trace_params())
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from mltcp import hook
 from mltcp.core.budget import JobDescription
 from mltcp.core.errors import SpecError
+from mltcp.lab.scenario.hosts import start as sync_start
 from mltcp.lab.scenario.hosts.inventory import HostSpec, Inventory
 from mltcp.lab.scenario.hosts.remote import HostFacts, RemoteHost, kernels
 from mltcp.lab.scenario.hosts.ssh import HostError, Session
@@ -38,7 +39,6 @@ from mltcp.lab.scenario.spec import Workload
 
 BASE_PORT = 29500                 # rendezvous port of job i: BASE_PORT + i
 WORKLOAD_MODULE = "mltcp.workloads.ddp"
-START_SLACK_S = 15.0              # torchrun, rendezvous and model build before the start
 AGENT_START_S = 30.0              # the run's agent: its socket must appear within this
 # What the datapath counted per job, from `mltcp status -j` (summed over kernels).
 DATAPATH_COUNTS = ("iteration", "gaps", "wraps", "signals", "total_bytes", "stale_fallbacks")
@@ -78,7 +78,9 @@ class HostRun:
                  progress: Callable[[str], None] | None = None,
                  start_slack_s: float | None = None) -> None:
         self.plan = plan
-        self.start_slack_s = START_SLACK_S if start_slack_s is None else start_slack_s
+        self.start_slack_s = sync_start.DEFAULT_SLACK_S if start_slack_s is None else start_slack_s
+        self.launched_at = 0.0                        # wall clock of start()
+        self.start_at: dict[str, float] = {}          # job -> the moment it was told
         self.inventory = inventory
         self.workdir = workdir
         self.say = progress or (lambda _msg: None)
@@ -249,8 +251,10 @@ class HostRun:
 
     def start(self) -> float:
         """Start every job's workers; returns the wall-clock time the jobs begin at."""
-        start_at = time.time() + self.start_slack_s
+        self.launched_at = time.time()
+        start_at = self.launched_at + self.start_slack_s
         for on in self.jobs:
+            self.start_at[on.plan.name] = start_at + on.plan.start_ms / 1000
             for rank, host in enumerate(on.hosts):
                 argv = self.worker_argv(on, rank, host, start_at)
                 log = (self.workdir / f"{on.plan.name}-{rank}-{host.name}.log").open("w")
@@ -314,6 +318,19 @@ class HostRun:
         path = self.workdir / f"{on.plan.name}-{rank}-{host.name}.log"
         lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
         return lines[-1].strip() if lines else "no output"
+
+    def start_record(self, records: dict[str, list[hook.IterationHookRecord]],
+                     attempt: int = 1) -> dict:
+        """How the synchronized start went (:func:`.start.start_record`): each job's
+        first-iteration skew, and its start-up from its rank 0's "ready at" line."""
+        ready = {}
+        for on in self.jobs:
+            path = self.workdir / f"{on.plan.name}-0-{on.hosts[0].name}.log"
+            ready[on.plan.name] = sync_start.ready_at(path.read_text(errors="replace")) \
+                if path.exists() else None
+        first = {name: min(r.start_wall for r in recs) for name, recs in records.items()}
+        return sync_start.start_record(self.launched_at, self.start_slack_s, self.start_at,
+                                  first, ready, attempt)
 
     def collect(self) -> dict[str, list[hook.IterationHookRecord]]:
         """Each job's hook records of rank 0 (DDP steps in lock-step: rank 0 stands for
