@@ -178,8 +178,9 @@ def test_the_transformer_trains_on_two_ranks_and_signals_each_iteration(
     assert all(r.start_wall >= start_at for r in records)
     from mltcp.lab.scenario.hosts.start import ready_at
     ready = ready_at(stdout)        # the line the hosts backend reads
-    assert ready is not None and ready < start_at
-    assert "the first iteration waits" in stdout
+    assert ready is not None
+    # On a busy host the start-up can outlast the 8 s: then the workload says it is late.
+    assert ("the first iteration waits" if ready < start_at else "LATE: ") in stdout
     assert all(r.signal_seq is not None and r.signal_failures == 0 for r in records)
     assert sorted((m["iteration"], m["job"], m["op"]) for _, m in agent.received) == sorted(
         (r.iteration, "lm", "signal") for r in records)
