@@ -40,14 +40,22 @@ from mltcp.lab.scenario.runner import run_scenario
 from mltcp.lab.scenario.spec import load_scenario
 from mltcp.lab.scenario.trace import load_trace
 
-PARTS = ("compatible", "tight", "incompatible", "counting")
+PARTS = ("compatible", "tight", "incompatible", "counting", "contrast")
 SCHEMES = ("cubic", "reno", "mltcp-cubic", "mltcp-reno")
 # A wide vocabulary and a short sequence: ~21 MB of gradients per iteration (170 ms at
 # 1 Gbit/s) for little CPU compute; the pad plays the GPU.
 TRANSFORMER = ('model = "transformer", batch = 2, d_model = 256, layers = 2, heads = 4, '
                'seq = 16, vocab = 8000')
 RESNET = 'model = "resnet18", batch = 2, image_size = 32'
-PADS_MS = {"compatible": 260, "tight": 170, "incompatible": 60}
+PADS_MS = {"compatible": 260, "tight": 170, "incompatible": 60, "contrast": 330}
+BOTTLENECK_MBIT = {"contrast": 200}     # the others: 1 Gbit/s
+QUEUE_PACKETS = {"contrast": 32}          # the others: 400 packets, ECN marks above 100 KB
+# The contrast: where fair sharing keeps two compatible jobs in lock-step on this
+# emulation (issue 23): a quarter of the gradients (5.6 MB, ~225 ms at 200 Mbit/s), so
+# the CPUs do a fifth of the copying per second and the compute pad (a sleep) dominates.
+SMALL_TRANSFORMER = ('model = "transformer", batch = 2, d_model = 128, layers = 2, heads = 4, '
+                     'seq = 16, vocab = 4000')
+MODELS = {"contrast": SMALL_TRANSFORMER}
 # Counting: (label, model, compute pad); the idle gap is a quarter of the compute, within
 # 5..50 ms (mltcp.lab.scenario.plan.idle_gap_ms), so the short pad tests a 15 ms gap.
 COUNTING = (("transformer", TRANSFORMER, 200), ("transformer-short", TRANSFORMER, 40),
@@ -55,8 +63,12 @@ COUNTING = (("transformer", TRANSFORMER, 200), ("transformer-short", TRANSFORMER
 
 
 def scenario_text(part: str, iterations: int, seeds: list[int], model: str,
-                  signal_a: bool, pad: float | None = None) -> str:
+                  signal_a: bool, pad: float | None = None,
+                  bottleneck_mbit: int | None = None, queue_packets: int | None = None) -> str:
     pad = PADS_MS[part] if pad is None else pad
+    rate = bottleneck_mbit or BOTTLENECK_MBIT.get(part, 1000)
+    queue = queue_packets or QUEUE_PACKETS.get(part, 400)
+    ecn = min(100_000, queue * 1500 * 2 // 3)
     jobs = []
     for name, signal in (("a", signal_a), ("b", False)):
         flag = ", signal = true" if signal else ""
@@ -78,15 +90,15 @@ mltcp = {str(s.startswith('mltcp')).lower()}
 """ for s in SCHEMES)
     return f"""
 name = "ddp-{part}"
-description = "Two DDP jobs (gloo, 2 ranks each) through a 1 Gbit/s ECN bottleneck: {part}."
+description = "Two DDP jobs (gloo, 2 ranks each) through a {rate} Mbit/s ECN bottleneck: {part}."
 seeds = {seeds}
 
 [topology]
 kind = "dumbbell"
-bottleneck_mbit = 1000
+bottleneck_mbit = {rate}
 host_link_mbit = 10000
-queue_packets = 400
-ecn_threshold_bytes = 100000
+queue_packets = {queue}
+ecn_threshold_bytes = {ecn}
 hosts = 4
 {''.join(jobs)}{schemes}"""
 
@@ -189,12 +201,28 @@ def main() -> int:
                     help="compatible/incompatible: both jobs signal their iterations' ends "
                          "(default: the idle-gap rule)")
     ap.add_argument("--start-slack", type=float, default=20.0,
-                    help="seconds between launching the workers and their first iteration")
+                    help="seconds between launching the workers and their first iteration "
+                         "of the first run (later runs: what the measured start-up calls for)")
+    ap.add_argument("--pad-ms", type=float, default=None,
+                    help="the compute pad of the compatible/tight/incompatible/contrast parts "
+                         "(default: each part's)")
+    ap.add_argument("--queue-packets", type=int, default=None,
+                    help="the bottleneck's queue (default 400; ECN marks above 2/3 of it, "
+                         "at most 100 KB)")
+    ap.add_argument("--sysctl", action="append", default=[], metavar="KEY=VALUE",
+                    help="set on every host (namespace) before the runs, e.g. "
+                         "net.ipv4.tcp_slow_start_after_idle=0; repeatable")
+    ap.add_argument("--bottleneck-mbit", type=int, default=None,
+                    help="the bottleneck's rate (default: 1000; contrast 200)")
     args = ap.parse_args()
     parts = [p for p in args.parts.split(",") if p]
     bad = [p for p in parts if p not in PARTS]
     if bad:
         ap.error(f"--parts: unknown {bad}; use {', '.join(PARTS)}")
+    rates = {args.bottleneck_mbit or BOTTLENECK_MBIT.get(p, 1000) for p in parts}
+    if len(rates) > 1:
+        ap.error("--parts: contrast runs on a 200 Mbit/s bottleneck, the others on 1 Gbit/s; "
+                 "run it on its own (or give --bottleneck-mbit)")
     seeds = [int(s) for s in args.seeds.split(",")]
     schemes = [s for s in args.schemes.split(",") if s]
     out = Path(args.out)
@@ -204,13 +232,19 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-hosts-") as tmp:
         work = Path(tmp)
         first = work / "probe.toml"
-        first.write_text(scenario_text("compatible", 2, [0], TRANSFORMER, False))
+        first.write_text(scenario_text("compatible", 2, [0], TRANSFORMER, False,
+                                       bottleneck_mbit=rates.pop(),
+                                       queue_packets=args.queue_packets or (
+                                           QUEUE_PACKETS.get(parts[0]) if parts else None)))
         topo = load_scenario(str(first)).topology
         with (fabric.for_topology(topo) as net,
               sshd.SshdLab(net, work / "sshd", tuple(topo.host_names()),
                            python=sys.executable) as lab):
             inventory = work / "inventory.toml"
             inventory.write_text(lab.inventory_toml())
+            for setting in args.sysctl:
+                for host in topo.host_names():
+                    net.check_output(host, ["sysctl", "-q", "-w", setting])
             options = {"inventory": str(inventory), "start_slack_s": args.start_slack}
             for part in parts:
                 if part == "counting":
@@ -231,8 +265,10 @@ def main() -> int:
                     continue
                 path = work / f"{part}.toml"
                 part_seeds = seeds[:1] if part == "incompatible" else seeds
-                path.write_text(scenario_text(part, args.iterations, part_seeds, TRANSFORMER,
-                                              args.signal))
+                path.write_text(scenario_text(part, args.iterations, part_seeds,
+                                              MODELS.get(part, TRANSFORMER), args.signal,
+                                              args.pad_ms, args.bottleneck_mbit,
+                                              args.queue_packets))
                 print(f"== {part}: {schemes} x seeds {part_seeds} + dedicated",
                       file=sys.stderr, flush=True)
                 report = run_scenario(str(path), out / part, schemes=schemes, seeds=part_seeds,
