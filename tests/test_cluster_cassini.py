@@ -27,6 +27,7 @@ from mltcp.lab.cluster.papers.cassini.schedulers import (
     candidate_allocations,
     rank_candidates,
 )
+from mltcp.lab.cluster.papers.cassini.themis import ThemisScheduler
 from mltcp.lab.cluster.papers.cassini.timeshifts import CassiniNetwork, ShiftPlan, holds, shift_plan
 from mltcp.lab.cluster.schedulers.queue import QueueScheduler
 from mltcp.lab.common.cassini import JobDemand, Phase
@@ -299,6 +300,74 @@ def test_heterogeneous_periods_run_through_the_scheduler() -> None:
     assert job.name == "c" and where.gpus == ((2, 1), (5, 1))
 
 
+# --------------------------------------------------------------------------------------
+# The Themis stand-in: Themis's candidates, one drawn blind to the network
+
+
+def _x_runs_and_z_needs_three() -> tuple[RunningJob, QueuedJob, np.ndarray]:
+    """x communicates 83 % of its iteration on servers 0 and 2 (leaves 0 and 1); z asks
+    for 3 GPUs, more than a leaf holds, so every cross-rack placement is worth the same
+    to Themis: those with server 1 or 3 share x's leaf links, (4, 5, 6) shares none."""
+    rx, x = _job("x", (0, 2), 0.02, 0.10)
+    z = QueuedJob(JobRequest("z", 1.0, 3, 0.02, 0.10 * RATE, 100))
+    return RunningJob(x, rx, 0, 0.0, 0.0), z, np.array([0, 1, 0, 1, 1, 1, 1, 1])
+
+
+def test_themis_places_jobs_on_links_others_use_where_th_cassini_does_not() -> None:
+    running, z, free = _x_runs_and_z_needs_three()
+    x_links = traffic(running.job, FOUR_LEAVES).links()
+    themis, th_cassini = (scheduler(name, FOUR_LEAVES) for name in ("themis", "themis-cassini"))
+    shared = 0
+    def view(seed: int) -> ClusterView:
+        return ClusterView(FOUR_LEAVES, 1.0, free.copy(), (running,), (z,), random.Random(seed))
+
+    for seed in range(20):
+        (_, blind), = themis.decide(view(seed)).start
+        assert blind.gpu_count == 3 and all(free[s] >= n for s, n in blind.gpus)
+        assert blind.spines is None                       # ECMP: Themis picks no paths
+        placed = PlacedJob("z", blind.gpus, 0.02, 0.10 * RATE, 100)
+        shared += bool(traffic(placed, FOUR_LEAVES).links() & x_links)
+        (_, ranked), = th_cassini.decide(view(seed)).start
+        placed = PlacedJob("z", ranked.gpus, 0.02, 0.10 * RATE, 100, spines=ranked.spines)
+        assert not traffic(placed, FOUR_LEAVES).links() & x_links
+    assert 0 < shared < 20              # blind: sometimes on x's links, sometimes not
+
+
+def test_themis_and_th_cassini_keep_a_job_that_fits_in_a_rack_in_one() -> None:
+    z = QueuedJob(JobRequest("z", 0.0, 2, 0.1, 0.05 * RATE, 10))
+    for name in ("themis", "themis-cassini"):
+        for seed in range(10):
+            view = ClusterView(FOUR_LEAVES, 0.0, np.ones(8, dtype=int), (), (z,),
+                               random.Random(seed))
+            (_, where), = scheduler(name, FOUR_LEAVES).decide(view).start
+            assert len({FOUR_LEAVES.leaf_of(s) for s, _ in where.gpus}) == 1
+
+
+def test_themis_lets_a_job_that_fits_pass_one_that_does_not() -> None:
+    # An auction offers the free GPUs to every bidder: no head-of-line blocking.
+    big = QueuedJob(JobRequest("big", 0.0, 8, 0.1, 0.05 * RATE, 10))
+    small = QueuedJob(JobRequest("small", 1.0, 2, 0.1, 0.05 * RATE, 10))
+    free = np.array([1, 1, 1, 1, 0, 0, 0, 0])
+    for name in ("themis", "themis-cassini"):
+        view = ClusterView(FOUR_LEAVES, 1.0, free.copy(), (), (big, small), random.Random(0))
+        assert [job.name for job, _ in scheduler(name, FOUR_LEAVES).decide(view).start] \
+            == ["small"]
+
+
+@pytest.mark.parametrize("name", ["themis", "themis-cassini"])
+def test_a_cluster_run_with_the_themis_stand_in_finishes_every_job(name: str) -> None:
+    fabric = LeafSpine(leaves=3, servers_per_leaf=2, spines=2, gpus_per_server=1,
+                       server_gbit=10, oversubscription=2)
+    rng = random.Random(5)
+    reqs = [JobRequest(f"j{i}", 0.5 * i, rng.choice([1, 2, 3, 4]), rng.uniform(0.05, 0.2),
+                       rng.uniform(0.02, 0.08) * RATE, rng.randint(20, 60))
+            for i in range(12)]
+    res = ClusterSim(fabric, reqs, scheduler(name, fabric), CassiniNetwork()).run()
+    assert {j.name for j in res.jobs} == {r.name for r in reqs} and res.scheduler == name
+    assert all(j.iterations == r.iterations for j, r in
+               zip(res.jobs, sorted(reqs, key=lambda r: r.name), strict=True))
+
+
 @pytest.mark.parametrize("rails", [1, 2])
 def test_a_cluster_run_with_cassini_finishes_every_job(rails: int) -> None:
     fabric = LeafSpine(leaves=3, servers_per_leaf=2, spines=2, gpus_per_server=2,
@@ -317,6 +386,8 @@ def test_a_cluster_run_with_cassini_finishes_every_job(rails: int) -> None:
 def test_bad_settings_name_the_field() -> None:
     with pytest.raises(SpecError, match="cassini.candidates"):
         CassiniScheduler(candidates=0)
+    with pytest.raises(SpecError, match="themis.candidates"):
+        ThemisScheduler(candidates=0)
     with pytest.raises(SpecError, match="cassini.round_s"):
         CassiniScheduler(round_s=-1.0)
     with pytest.raises(SpecError, match="cassini.tolerance"):

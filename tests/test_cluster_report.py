@@ -336,7 +336,10 @@ def test_a_paper_setup_experiment_puts_the_papers_figures_next_to_ours(tmp_path:
                  == ("Ada-SRSF", "SRSF(1)", "average JCT"))
     mine, base = (cells["ada-srsf", n]["jct_mean_s"] for n in ("ada-dual", "srsf-1"))
     assert first["ours_pct"] == pytest.approx(100 * (base - mine) / base)
-    assert "The paper's figures next to ours" in (tmp_path / "summary.md").read_text()
+    assert first["ratio"] == pytest.approx(first["ours_pct"] / first["paper_pct"])
+    summary = (tmp_path / "summary.md").read_text()
+    assert "The paper's figures next to ours" in summary
+    assert "| ours / paper [95 % CI] |" in summary and f"| {first['ratio']:.2f} |" in summary
 
 
 def test_a_scheduler_spec_is_parsed_once_and_each_run_builds_its_own(

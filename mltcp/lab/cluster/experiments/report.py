@@ -23,9 +23,10 @@ report.json:
               spread {<ratio>: {n, mean, ci_lo, ci_hi, level}},
               per_seed [{seed, jct_mean_ratio, jct_p99_ratio, run_slowdown_ratio}]}],
     paper_figures [{context, metric, scheme, baseline, source, paper_pct, ours_pct, ours,
-                    n, ours_ci}]
+                    n, ours_ci, ratio, ratio_ci}]
                   (on a paper's setup: each figure the paper reports next to ours,
-                  mltcp.lab.cluster.papers.compare; otherwise empty),
+                  the gap as ours_pct / paper_pct and our interval's ends over
+                  paper_pct, mltcp.lab.cluster.papers.compare; otherwise empty),
     runs [{scheduler, network, seed, metrics {<metric>: value},
            jobs [JobOutcome's fields + jct_s, jwt_s, slowdown]}]
 
@@ -80,6 +81,11 @@ METRICS: dict[str, str] = {
     "held_mean_s": "time on GPUs (end - start less time preempted), mean over jobs "
                    "(what deepshare-rl's simulator counts as a job's JCT)",
     "held_p90_s": "time on GPUs, 90th percentile",
+    "iteration_mean_s": "iteration time (a job's time on GPUs / its iterations), mean over "
+                        "all iterations of all jobs, each job's at its mean (what the "
+                        "Cassini thesis's iteration-time CDFs are over)",
+    "iteration_p99_s": "iteration time, 99th percentile over all iterations, each job's at "
+                       "its mean",
     "preemptions": "times a job was sent back to the queue, summed over jobs",
 }
 
@@ -106,6 +112,21 @@ def slowdown_summary(result: ClusterResult, which: str = "slowdown"
     return {"mean": float(values.mean()), "p99": float(np.percentile(values, 99))}
 
 
+def iteration_summary(result: ClusterResult) -> dict[str, float | None]:
+    """Mean and 99th percentile of iteration time over every iteration of every job
+    that records its iterations, each job's iterations at its mean (the engine keeps no
+    per-iteration times: contention that comes and goes within a job is averaged)."""
+    jobs = [j for j in result.jobs if j.iterations > 0]
+    if not jobs:
+        return {"mean": None, "p99": None}
+    times = np.array([j.held_s / j.iterations for j in jobs])
+    counts = np.array([j.iterations for j in jobs], dtype=float)
+    order = np.argsort(times, kind="stable")
+    reached = np.cumsum(counts[order]) / counts.sum()
+    p99 = times[order][min(int(np.searchsorted(reached, 0.99)), len(jobs) - 1)]
+    return {"mean": float(times @ counts / counts.sum()), "p99": float(p99)}
+
+
 def preemptions(result: ClusterResult) -> int:
     return sum(j.preemptions for j in result.jobs)
 
@@ -116,6 +137,7 @@ def run_metrics(result: ClusterResult) -> dict[str, float | int | None]:
     slow = slowdown_summary(result)
     run = slowdown_summary(result, "run_slowdown")
     held = [j.held_s for j in result.jobs]
+    iteration = iteration_summary(result)
     return {"jobs": len(result.jobs), "jct_mean_s": jct["mean"], "jct_p50_s": jct["p50"],
             "jct_p90_s": jct["p90"], "jct_p95_s": jct["p95"], "jct_p99_s": jct["p99"],
             "jwt_mean_s": jwt_mean(result),
@@ -123,6 +145,7 @@ def run_metrics(result: ClusterResult) -> dict[str, float | int | None]:
             "slowdown_mean": slow["mean"], "slowdown_p99": slow["p99"],
             "run_slowdown_mean": run["mean"], "run_slowdown_p99": run["p99"],
             "held_mean_s": float(np.mean(held)), "held_p90_s": float(np.percentile(held, 90)),
+            "iteration_mean_s": iteration["mean"], "iteration_p99_s": iteration["p99"],
             "preemptions": preemptions(result)}
 
 
@@ -404,8 +427,9 @@ def markdown(report: dict[str, Any], table_files: list[str] | None = None) -> st
         "(< 1: faster than fair; N = seeds both ran, paired interval):", "",
         vs_fair_table(report), "",
         *(["The paper's figures next to ours (improvement of the scheme over the baseline; "
+           "ours / paper: the share of the paper's improvement we reproduce; "
            "mltcp.lab.cluster.papers.compare says what maps onto what):", "",
-           paper_compare.table([paper_compare.Row(**_row(r))
+           paper_compare.table([paper_compare.Row.from_json(r)
                                 for r in report["paper_figures"]]),
            ""]
           if report.get("paper_figures") else []),
@@ -415,13 +439,6 @@ def markdown(report: dict[str, Any], table_files: list[str] | None = None) -> st
         f"{prov.get('time_utc', '')}", "",
         "![JCT CDF](jct_cdf.png) ![slowdown CDF](slowdown_cdf.png) "
         "(vector: jct_cdf.pdf, slowdown_cdf.pdf)", ""])
-
-
-def _row(data: dict[str, Any]) -> dict[str, Any]:
-    """A paper figure's JSON as :class:`~mltcp.lab.cluster.papers.compare.Row`'s
-    arguments (an interval comes back from JSON as a list)."""
-    ci = data.get("ours_ci")
-    return {**data, "ours_ci": tuple(ci) if ci else None}
 
 
 def _poisson_text(p: dict[str, Any]) -> str:

@@ -14,7 +14,10 @@ equal worth" is Themis's finish-time fairness, which all its candidates share; h
 candidate whose iteration alone is more than ``slack`` slower than the fastest
 candidate's is not offered (a job that fits on one server stays there).  Every
 candidate is source-routed, so the links it is ranked on are the links it runs on.
-Step 3, the time-shifts, is the network scheme :mod:`.timeshifts`.
+Step 3, the time-shifts, is the network scheme :mod:`.timeshifts`.  Over the Themis
+stand-in (:mod:`.themis`: no head-of-line blocking, one rack where the job fits in one),
+this is the thesis's Th+Cassini (:func:`themis_cassini`); :func:`cassini` runs it over a
+blocking FIFO.
 
 Where this differs from the thesis: scores are of the links the new job shares (the job
 being placed is the only one whose placement differs between candidates; links elsewhere
@@ -106,6 +109,15 @@ def candidate_allocations(fabric: LeafSpine, free: np.ndarray, gpus: int,
     return out
 
 
+def one_rack_first(fabric: LeafSpine, allocations: Sequence[Allocation]) -> list[Allocation]:
+    """The candidates on one leaf (rack) if there are any, else all of them: Themis's
+    only network term is a slowdown penalty for workers across racks (thesis §4.4.2), so
+    a job that fits in a rack gets a rack, and every cross-rack placement is worth the
+    same to it."""
+    local = [a for a in allocations if len({fabric.leaf_of(s) for s, _ in a.gpus}) == 1]
+    return local or list(allocations)
+
+
 # --------------------------------------------------------------------------------------
 # Step 2: Algorithm 2 over the candidates
 
@@ -143,8 +155,10 @@ def rank_candidates(fabric: LeafSpine, others: Sequence[Traffic],
 class CassiniScheduler:
     """A queue order whose jobs are placed by Cassini (steps 1 and 2): the next jobs in
     ``order`` (head-of-line ``blocking`` as FIFO runs it), each on the best-ranked of up
-    to ``candidates`` placements.  ``round_s``: the scheduling rounds, at which a
-    Cassini network re-aligns the jobs (drift correction)."""
+    to ``candidates`` placements (with ``rack_local``, only the one-rack ones where
+    there are any: :func:`one_rack_first`, the candidates of the Themis stand-in,
+    :mod:`.themis`).  ``round_s``: the scheduling rounds, at which a Cassini network
+    re-aligns the jobs (drift correction)."""
 
     name: str = "cassini"
     order: OrderKey = field(default=lambda job, now: (job.request.arrival_s,))
@@ -154,6 +168,7 @@ class CassiniScheduler:
     blocking: bool = True
     step_deg: float = DEFAULT_STEP_DEG
     lockstep: float = 0.05
+    rack_local: bool = False
     _profiles: dict = field(default_factory=dict, repr=False, compare=False)
     _solved: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -174,6 +189,8 @@ class CassiniScheduler:
         seed 0 (a view does not carry the run's seed; Cassini's own jobs are routed)."""
         allocations = candidate_allocations(view.fabric, view.free, job.gpus, view.rng,
                                             self.candidates)
+        if self.rack_local:
+            allocations = one_rack_first(view.fabric, allocations)
         if not allocations:
             return None
         profiles = [self._profile(view.fabric, _placed(job, a)) for a in allocations]
@@ -208,3 +225,11 @@ def _placed(job: QueuedJob, where: Allocation) -> PlacedJob:
 def cassini(fabric: LeafSpine) -> CassiniScheduler:
     """Cassini over a FIFO queue (the registry's ``cassini``)."""
     return CassiniScheduler("cassini", fifo(fabric))
+
+
+def themis_cassini(fabric: LeafSpine) -> CassiniScheduler:
+    """Th+Cassini (thesis §4.5.1): the Themis stand-in's queue and candidates
+    (:func:`mltcp.lab.cluster.papers.cassini.themis.themis`: arrival order, a job that
+    fits starts, one rack where the job fits in one), the best-ranked of them taken (the
+    registry's ``themis-cassini``)."""
+    return CassiniScheduler("themis-cassini", fifo(fabric), blocking=False, rack_local=True)
