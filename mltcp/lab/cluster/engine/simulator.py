@@ -45,8 +45,10 @@ __all__ = ["ClusterResult", "ClusterSim", "JobOutcome", "JobRequest", "check_req
 @dataclass(frozen=True)
 class JobOutcome:
     """A finished job: ``servers`` and ``dedicated_s`` are of its first placement
-    (``dedicated_s``: its iterations alone on the cluster on those GPUs and paths);
-    ``preemptions``: times it was sent back to the queue."""
+    (``dedicated_s``: its iterations alone on the cluster on those GPUs, on
+    collision-free paths: :meth:`PlacedJob.dedicated_iteration_s`);
+    ``preemptions``: times it was sent back to the queue; ``iterations``: how many
+    it ran (held_s / iterations is its mean iteration time)."""
 
     name: str
     gpus: int
@@ -58,6 +60,7 @@ class JobOutcome:
     held_s: float = 0.0             # time on GPUs (end - start less time preempted)
     preemptions: int = 0
     model: str = ""
+    iterations: int = 0             # the job's iterations (0: not recorded)
 
     @property
     def jct_s(self) -> float:
@@ -74,8 +77,9 @@ class JobOutcome:
 
     @property
     def run_slowdown(self) -> float:
-        """Time on GPUs over the dedicated run time: what sharing the network cost the
-        job, its waiting left out (1 = as if alone)."""
+        """Time on GPUs over the dedicated run time: what sharing the network and its
+        routing cost the job (its own flows colliding included), its waiting left out
+        (1 = as if alone on collision-free paths)."""
         return self.held_s / self.dedicated_s if self.dedicated_s > 0 else math.nan
 
 
@@ -162,6 +166,12 @@ class ClusterSim:
         self.seed, self.f_steps = seed, f_steps
 
     def run(self, max_events: int = 10**9) -> ClusterResult:
+        """The run to its end.  A scheduler with a ``simulate(fabric, requests, network,
+        seed)`` of its own models the cluster its own way and runs it there (Ada-SRSF's
+        time-shared GPUs: :mod:`mltcp.lab.cluster.papers.ada_srsf.timeshare`)."""
+        own = getattr(self.scheduler, "simulate", None)
+        if own is not None:
+            return own(self.fabric, self.requests, self.network, self.seed)
         return self.start().run(max_events)
 
     def start(self) -> Run:
@@ -264,7 +274,7 @@ class Run:
         req = seg.request
         self.outcomes.append(JobOutcome(req.name, req.gpus, rec.servers, req.arrival_s,
                                         rec.start_s, end, rec.dedicated_s, rec.held_s,
-                                        rec.preemptions, req.model))
+                                        rec.preemptions, req.model, req.iterations))
 
     def _schedule(self) -> None:
         self.apply(self.sim.scheduler.decide(self.view()))

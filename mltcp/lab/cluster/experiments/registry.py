@@ -20,6 +20,7 @@ from mltcp.lab.cluster.engine.network import Network
 from mltcp.lab.cluster.engine.scheduling import Scheduler
 from mltcp.lab.cluster.papers.ada_srsf import schedulers as ada_srsf
 from mltcp.lab.cluster.papers.cassini import schedulers as cassini_sched
+from mltcp.lab.cluster.papers.cassini import themis as cassini_themis
 from mltcp.lab.cluster.papers.cassini import timeshifts as cassini_net
 from mltcp.lab.cluster.papers.deepshare_rl import schedulers as rl_sched
 from mltcp.lab.cluster.papers.deepshare_rl import setup as deepshare
@@ -35,6 +36,7 @@ FLAGS = ("preempt", "backfill")
 
 NAMED: dict[str, Callable[[LeafSpine], Scheduler]] = {
     **ada_srsf.SCHEDULERS, **vclos.SCHEDULERS, "cassini": cassini_sched.cassini,
+    "themis": cassini_themis.themis, "themis-cassini": cassini_sched.themis_cassini,
     "deepshare-las": lambda fabric: deepshare.baseline("las", fabric),
     "deepshare-srtf": lambda fabric: deepshare.baseline("srtf", fabric),
     "rl-base": lambda fabric: rl_sched.rl_scheduler("rl-base", fabric),
@@ -77,6 +79,16 @@ class SchedulerSpec:
     def build(self) -> Scheduler:
         checked, self._checked = self._checked, None
         return checked if checked is not None else self.make()
+
+    def check_network(self, scheme: Network) -> None:
+        """Refuse a network scheme this scheduler cannot run with: a one-line SpecError
+        from a scheduler with a ``check_network`` of its own (Ada-SRSF's time-shared
+        GPUs run only its gates and fair sharing); nothing for the others."""
+        if self._checked is None:
+            self._checked = self.make()
+        check = getattr(self._checked, "check_network", None)
+        if check is not None:
+            check(scheme)
 
 
 def parse_scheduler(spec: str, fabric: LeafSpine) -> SchedulerSpec:

@@ -1,7 +1,23 @@
 """Ada-SRSF: SRSF job order, LWF-κ placement, and AdaDUAL's communication order.
 
 The ada-srsf paper (Wang, Shi, Wang, Chu), sections IV-B (Theorems 1-2, Algorithms 2-3)
-and V-A (baselines).  Ada-SRSF has two halves, and so does this module:
+and V-A (baselines).  Its schedulers run two ways here (:data:`SCHEDULERS`):
+
+* **As the paper's released simulator runs them** (``ada-srsf``, ``srsf/lwf-1``,
+  ``srsf/ff``, ``srsf/ls``, ``srsf/rand``; ``ada-srsf-exact``):
+  :class:`~.timeshare.TimeShareScheduler` on :mod:`.timeshare`'s model of the paper's
+  cluster: GPUs time-shared up to their memory, each all-reduce admitted whole by the
+  network scheme's gate (``ada-dual``: AdaDUAL, ``srsf-n``: SRSF(n), ``fair``: none) and
+  slowed by Eq. 5's contention penalty.  ``ada-srsf-exact`` reads an old task's exact
+  remaining bytes in AdaDUAL's check, where the released code advances the task with
+  every check (:mod:`.contention`).  These reproduce the paper's figures.
+* **On this project's engine, one job per GPU** (``ada-srsf-excl``, ``srsf-excl/...``):
+  the rest of this module.  The communication order becomes flow weights
+  (:class:`CommOrderNetwork`), so that it can run beside MLTCP and fair sharing on the
+  same cluster.  It keeps the paper's rules where the engine can express them, and says
+  below where it cannot.
+
+The exclusive variant has two halves, and so does this module:
 
 * **Who gets GPUs** (:func:`ada_srsf`, :func:`srsf_lwf` and the placement baselines):
   the queue sorted by shortest remaining service first with ``E_J = 0`` (section
@@ -47,11 +63,9 @@ free"), and waiting jobs go in SRSF order as the link frees.  The differences:
   ``eta_over_b`` defaults to 0 and the threshold to 1/2; set it to model the
   threshold of a lossier network.
 
-A faithful AdaDUAL needs one engine feature: a per-iteration admission gate.  When a
-job's compute ends and its flows would start, the engine would call a decision (the
-job's servers' ongoing communication tasks with their remaining bytes -> start now or
-wait), and a waiting job's flows would start when a task on its servers ends (then be
-judged again).  Weights cannot express "wait" exactly, nor non-preemptive tasks.
+Weights cannot express "wait" exactly, nor non-preemptive tasks: the time-shared model
+(:mod:`.timeshare`) admits each all-reduce through a gate instead, as the paper's code
+does.
 """
 
 from __future__ import annotations
@@ -65,6 +79,7 @@ from mltcp.lab.cluster.engine.leafspine import LeafSpine
 from mltcp.lab.cluster.engine.network import Network
 from mltcp.lab.cluster.engine.scheduling import QueuedJob, RunningJob, Scheduler
 from mltcp.lab.cluster.papers.ada_srsf.lwf import list_scheduling, lwf, remaining_workload
+from mltcp.lab.cluster.papers.ada_srsf.timeshare import TimeShareScheduler
 from mltcp.lab.cluster.schedulers.placement import first_fit, spread
 from mltcp.lab.cluster.schedulers.queue import OrderKey, PlacementFn, QueueScheduler, placement_from
 
@@ -92,29 +107,36 @@ def _srsf_with(fabric: LeafSpine, name: str, place: PlacementFn) -> Scheduler:
 
 
 def srsf_lwf(fabric: LeafSpine, kappa: int = 1) -> Scheduler:
-    """SRSF order, LWF-κ placement (the paper's placement study varies κ)."""
-    return _srsf_with(fabric, f"srsf/lwf-{kappa}", lwf(kappa))
+    """SRSF order, LWF-κ placement (the paper's placement study varies κ), one job a
+    GPU."""
+    return _srsf_with(fabric, f"srsf-excl/lwf-{kappa}", lwf(kappa))
 
 
 def ada_srsf(fabric: LeafSpine) -> Scheduler:
-    """Ada-SRSF's job half: SRSF with LWF-1 (its communication half is the network
-    :func:`ada_dual`)."""
-    return _srsf_with(fabric, "ada-srsf", lwf(1))
+    """Ada-SRSF's job half with one job a GPU: SRSF with LWF-1 (its communication half
+    is the network :func:`ada_dual`)."""
+    return _srsf_with(fabric, "ada-srsf-excl", lwf(1))
 
 
 def srsf_ff(fabric: LeafSpine) -> Scheduler:
-    """Placement baseline FF (first fit) under the same order."""
-    return _srsf_with(fabric, "srsf/ff", placement_from(first_fit))
+    """Placement baseline FF (first fit) under the same order, one job a GPU."""
+    return _srsf_with(fabric, "srsf-excl/ff", placement_from(first_fit))
 
 
 def srsf_ls(fabric: LeafSpine) -> Scheduler:
-    """Placement baseline LS (least-loaded GPUs) under the same order."""
-    return _srsf_with(fabric, "srsf/ls", list_scheduling(fabric))
+    """Placement baseline LS (least-loaded GPUs) under the same order, one job a GPU."""
+    return _srsf_with(fabric, "srsf-excl/ls", list_scheduling(fabric))
 
 
 def srsf_rand(fabric: LeafSpine) -> Scheduler:
-    """Placement baseline RAND (GPUs at random) under the same order."""
-    return _srsf_with(fabric, "srsf/rand", placement_from(spread))
+    """Placement baseline RAND (GPUs at random) under the same order, one job a GPU."""
+    return _srsf_with(fabric, "srsf-excl/rand", placement_from(spread))
+
+
+def time_shared(name: str, placement: str, released_checks: bool = True
+                ) -> Callable[[LeafSpine], Scheduler]:
+    """The scheduler ``name`` as the paper's simulator runs it (:mod:`.timeshare`)."""
+    return lambda fabric: TimeShareScheduler(name, placement, released_checks)
 
 
 # --------------------------------------------------------------------------- comm order
@@ -226,8 +248,15 @@ def srsf_comm(fabric: LeafSpine, n: int) -> CommOrderNetwork:
 # --------------------------------------------------------------------------- by name
 
 SCHEDULERS: dict[str, Callable[[LeafSpine], Scheduler]] = {
-    "ada-srsf": ada_srsf, "srsf/lwf-1": srsf_lwf, "srsf/ff": srsf_ff, "srsf/ls": srsf_ls,
-    "srsf/rand": srsf_rand}
+    # as the paper's released simulator runs them: GPUs time-shared, all-reduces gated
+    "ada-srsf": time_shared("ada-srsf", "lwf-1"),
+    "srsf/lwf-1": time_shared("srsf/lwf-1", "lwf-1"),
+    "srsf/ff": time_shared("srsf/ff", "ff"), "srsf/ls": time_shared("srsf/ls", "ls"),
+    "srsf/rand": time_shared("srsf/rand", "rand"),
+    "ada-srsf-exact": time_shared("ada-srsf-exact", "lwf-1", released_checks=False),
+    # one job a GPU on the flow-level engine, the communication order as flow weights
+    "ada-srsf-excl": ada_srsf, "srsf-excl/lwf-1": srsf_lwf, "srsf-excl/ff": srsf_ff,
+    "srsf-excl/ls": srsf_ls, "srsf-excl/rand": srsf_rand}
 
 NETWORKS: dict[str, Callable[[LeafSpine], Network]] = {
     "ada-dual": ada_dual,

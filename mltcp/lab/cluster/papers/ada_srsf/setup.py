@@ -20,6 +20,11 @@ ADA_GPU_MIX = {1: 80, 2: 14, 4: 26, 8: 30, 16: 8, 32: 2}     # ada-srsf §V-A: 1
 ADA_MODELS = ("ada/vgg16", "ada/resnet50", "ada/inception-v3", "ada/lstm-ptb")
 ADA_ITERATIONS = IntRange(1000, 6000, "ada.iterations")      # ada-srsf §V-A
 ADA_ARRIVAL_SLOTS = 1200                # ada-srsf §V-A: 20 minutes of one-second slots
+# ada-srsf Table III's "GPU Memory Usage" (MB) of each model's training, the released
+# simulator's train_mem (online/job_master.py, TEMPLATES): what a job takes on each of
+# its GPUs when GPUs are time-shared (mltcp.lab.cluster.papers.ada_srsf.timeshare).
+ADA_GPU_MEMORY_MB = {"ada/vgg16": 4527.0, "ada/resnet50": 3213.0,
+                     "ada/inception-v3": 3291.0, "ada/lstm-ptb": 2751.0}
 
 
 def ada_srsf_jobs(seed: int = 0) -> list[JobRequest]:
@@ -81,10 +86,15 @@ ADA_SRSF = PaperSetup(
     mapping=(
         "one leaf of 16 servers and one (unused) spine: no traffic crosses a spine, as "
         "under the paper's single non-blocking switch",
-        "10 Gbit/s NICs; the fabric's payload efficiency (MTU 1500) makes 9.56 Gbit/s of "
-        "goodput, close to the paper's fitted 1/b = 9.38 Gbit/s (ada-srsf Fig. 2(a))",
-        "the paper's extra contention penalty (k - 1) eta M (Eq. 5) is not modelled: "
-        "concurrent flows share the NIC max-min fairly",
+        "the paper's schedulers (ada-srsf, srsf/...) run as its released simulator does "
+        "(github.com/HKBU-HPML/dl-scheduling, online/): GPUs time-shared up to 32768 MB "
+        "each, a job taking Table III's memory on each of its GPUs; each all-reduce "
+        "moves the whole model, admitted whole by SRSF(n)'s or AdaDUAL's gate, at Eq. "
+        "5's 1 / ((k - 1) eta + k beta) with the code's beta = 0.856 and eta = 0.235 ms/MB "
+        "(mltcp.lab.cluster.papers.ada_srsf.timeshare)",
+        "the one-job-a-GPU variants (ada-srsf-excl, srsf-excl/...) run on the flow-level "
+        "engine: 10 Gbit/s NICs (9.56 Gbit/s of goodput at MTU 1500, close to the paper's "
+        "fitted 1/b = 9.38 Gbit/s, ada-srsf Fig. 2(a)) shared max-min, no Eq. 5 penalty",
     ),
     workload="160 jobs arriving within 20 minutes in one-second slots; half single-GPU, "
              "then 14 x 2, 26 x 4, 30 x 8, 8 x 16 and 2 x 32 GPUs; 1000-6000 iterations; "
@@ -100,16 +110,19 @@ ADA_SRSF = PaperSetup(
     schemes=(
         Scheme("SRSF(1)", "shortest remaining service first; at most one communication "
                "task per link (no contention)",
-               "mltcp.lab.cluster.papers.ada_srsf.schedulers (SRSF(n))"),
+               "ada-srsf x srsf-1: the released simulator's gate (comm_thres = n - 1), "
+               "mltcp.lab.cluster.papers.ada_srsf.contention"),
         Scheme("SRSF(2)", "SRSF allowing 2-way contention blindly", "as SRSF(1), n = 2"),
         Scheme("SRSF(3)", "SRSF allowing 3-way contention", "as SRSF(1), n = 3"),
         Scheme("Ada-SRSF", "SRSF + AdaDUAL: admits 2-way contention only when it lowers "
                "the average completion time",
-               "mltcp.lab.cluster.papers.ada_srsf.schedulers; MLTCP's F is "
-               "this project's answer to the same contention"),
+               "ada-srsf x ada-dual (its check as the released code runs it; "
+               "ada-srsf-exact without the code's accounting quirk); MLTCP's F is this "
+               "project's answer to the same contention (ada-srsf-excl x mltcp)"),
         Scheme("RAND/FF/LS/LWF-1", "placements: random, first-fit, list scheduling, "
-               "least-workload-first with kappa = 1", "placement random / first_fit / "
-               "consolidated (closest to LWF-1's server-by-server packing)"),
+               "least-workload-first with kappa = 1", "srsf/rand, srsf/ff, srsf/ls, "
+               "ada-srsf: the released code's pick_gpus on time-shared GPUs "
+               "(mltcp.lab.cluster.papers.ada_srsf.shared_placement)"),
     ),
     results=ADA_RESULTS,
     generate=ada_srsf_jobs,
