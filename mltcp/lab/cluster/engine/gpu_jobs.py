@@ -134,9 +134,29 @@ class PlacedJob:
                 for i, a in enumerate(servers) for r in range(rails)]
 
     def dedicated_iteration_s(self, fabric: LeafSpine, seed: int = 0) -> float:
-        """One iteration alone on the cluster on these GPUs and paths: compute, then each
-        flow's bytes at the rates the flows get when they share only with each other (the
-        slowest flow ends the iteration)."""
+        """One iteration alone on the cluster on these GPUs, on collision-free paths:
+        compute, then each flow's bytes with no two of the job's flows on one link, so
+        each runs at the narrowest link of its path (the slowest flow ends the iteration).
+
+        The baseline of every slowdown, whatever the scheduler and routing: two of a
+        job's own flows that ECMP's hash (or a source route) puts on one leaf-spine link
+        are a cost of that routing, as a collision with another job's flow is, not part
+        of the job.  A ring never puts two of its flows on one NIC, so only leaf-spine
+        links can collide; where the fabric has too few spines for every flow of a leaf
+        to have its own, this is a bound no routing reaches.  ``seed`` only names the
+        paths, whose capacities do not depend on the spine."""
+        flows = self.flows(fabric, seed)
+        if not flows:
+            return self.compute_s
+        capacity = fabric.capacities()
+        rate = min(float(capacity[links].min()) for links in flows)
+        return self.compute_s + self.flow_bytes(fabric) / rate
+
+    def alone_iteration_s(self, fabric: LeafSpine, seed: int = 0) -> float:
+        """One iteration alone on the cluster on these GPUs and *these* paths (ECMP's
+        picks for ``seed``, or the source routes): compute, then each flow's bytes at the
+        rates the job's flows get when they share only with each other.  Over
+        :meth:`dedicated_iteration_s`, what the routing alone costs the job."""
         flows = self.flows(fabric, seed)
         if not flows:
             return self.compute_s

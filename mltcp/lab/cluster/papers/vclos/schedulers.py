@@ -25,7 +25,8 @@ Clusters").  Its argument, as this module follows it:
 * §9.3 baselines, on the same GPUs as vClos but without link reservation (they never
   wait for the network): ECMP (the fabric's hash), *Source Routing* (SR: a fixed map
   from a leaf's server port to a spine port, §5.2) and *Balanced ECMP* (each flow on
-  the least loaded spine, ties at random).
+  the source leaf's least loaded uplink, ties at random: ECMP's port choice made by
+  load, blind to the destination leaf's links as the hash is).
 
 How the paper's terms map onto :class:`~mltcp.lab.cluster.engine.leafspine.LeafSpine`: the paper
 binds one NIC per GPU (§4.1), which is the fabric's ``rails`` (one NIC a GPU: ``rails =
@@ -433,16 +434,19 @@ def _source_routing(view: ClusterView, servers: Sequence[int]) -> tuple[int, ...
 
 
 def _balanced(view: ClusterView, servers: Sequence[int]) -> tuple[int, ...]:
-    """vclos §9.3's Balanced ECMP: each flow on a spine whose busier end carries the
-    fewest flows (the job's own flows counted as they are routed), ties at random."""
-    use = link_use(view)
-    up, down = use.up.copy(), use.down.copy()
+    """vclos §9.3's Balanced ECMP: "we randomly select the least congested ports to
+    transmit instead of directly random ports", ECMP's choice made by load: the source
+    leaf puts each flow on the uplink carrying the fewest flows (the job's own counted
+    as they are routed), ties at random.  Like ECMP's hash it is the source leaf's
+    choice among its own ports: the spine's link down to the destination leaf follows
+    from the spine, and its load is not looked at, so flows of two jobs can still meet
+    there."""
+    up = link_use(view).up.copy()
 
     def one(a: int, b: int) -> int:
-        load = np.maximum(up[a], down[b])
+        load = up[a]
         p = view.rng.choice([int(x) for x in np.flatnonzero(load == load.min())])
         up[a, p] += 1.0
-        down[b, p] += 1.0
         return p
 
     # rail by rail, each seeing the rails already routed
