@@ -75,6 +75,24 @@ def register(sub: Any) -> None:
                     help="PPO's discount per decision, > 0 and <= 1 (default 0.99)")
     tr.add_argument("--ent-coef", type=args_.number(0, 1, "0.01"),
                     help="PPO's entropy bonus, 0..1 (default 0)")
+    tr.add_argument("--jct-weight", type=args_.number(0, 100, "1"),
+                    help="W3, the reward's JCT term: -W3 x the fraction of the set's jobs "
+                         "waiting or running, per round; 0..100 (default 0: deepshare-rl's "
+                         "Eq. 2 alone)")
+    tr.add_argument("--select-sets", type=_job_sets, metavar="SETS",
+                    help="pick the checkpoint with the lowest mean JCT on these job sets, "
+                         "e.g. 200-204 or 200,203; disjoint from training's 100-109 and the "
+                         "comparison's 0-9 (default: none, the last policy is written)")
+    tr.add_argument("--select-every", type=args_.integer(1, 10**9, "10000"), metavar="N",
+                    help="judge a checkpoint every N training steps (at the next PPO "
+                         "update), 1..10^9 (default 10000)")
+    tr.add_argument("--select-by", choices=("rl-hybrid", "rl-base"),
+                    help="the scheduler a checkpoint is judged as (default rl-hybrid)")
+    tr.add_argument("--warm-start", choices=("deepshare-first-fit",),
+                    help="imitate this rule on the training sets before PPO (default: none, "
+                         "PPO from a random policy)")
+    tr.add_argument("--warm-start-epochs", type=args_.integer(1, 10_000, "20"), metavar="N",
+                    help="passes over the rule's decisions, 1..10000 (default 20)")
     tr.set_defaults(handler=cmd_rl_train, teardown_signals=True, records_results=True)
 
     sc = cls.add_parser("schedulers", help="the schedulers and network schemes a config "
@@ -132,27 +150,54 @@ def _interrupted(result: Any, signo: int, out_dir: str, write: bool) -> int:
     return signals.exit_code(signo)
 
 
+def _job_sets(text: str) -> tuple[int, ...]:
+    """``--select-sets``: ``200-204`` or ``200,203`` (which sets may be used is the
+    training's rule, checked when the command runs)."""
+    from mltcp.core import validate
+    from mltcp.core.errors import SpecError
+
+    try:
+        return validate.seeds(text, "")
+    except SpecError as err:
+        raise argparse.ArgumentTypeError(f"{err.problem}; {err.fix}") from None
+
+
 def cmd_rl_train(args: argparse.Namespace) -> int:
     import shlex
 
+    from mltcp.core.errors import SpecError
     from mltcp.lab.cluster.papers.deepshare_rl import train as rl_train
     from mltcp.lab.common.outdir import make_out_dir
 
     given = {k: getattr(args, k) for k in ("trace", "w1", "timesteps", "jobs", "duration_s",
                                             "round_s", "network", "seed", "n_steps",
-                                            "gamma", "ent_coef")
+                                            "gamma", "ent_coef", "jct_weight", "select_sets",
+                                            "select_every", "select_by", "warm_start",
+                                            "warm_start_epochs")
              if getattr(args, k) is not None}
-    cfg = rl_train.TrainConfig(**given)       # the defaults are TrainConfig's
+    try:
+        cfg = rl_train.TrainConfig(**given)       # the defaults are TrainConfig's
+    except SpecError as err:                      # named by its flag, before any output
+        raise SpecError("--" + err.field.replace("_", "-"), err.problem, err.fix) from None
     make_out_dir(args.out)
     # the command that reproduces this policy, every setting spelt out
     flags = ["--out", args.out, "--name", args.name, "--trace", cfg.trace, "--w1", cfg.w1,
              "--timesteps", cfg.timesteps, "--jobs", cfg.jobs, "--duration-s", cfg.duration_s,
              "--round-s", cfg.round_s, "--network", cfg.network, "--seed", cfg.seed,
-             "--n-steps", cfg.n_steps, "--gamma", cfg.gamma, "--ent-coef", cfg.ent_coef]
+             "--n-steps", cfg.n_steps, "--gamma", cfg.gamma, "--ent-coef", cfg.ent_coef,
+             "--jct-weight", cfg.jct_weight]
+    if cfg.select_sets:
+        flags += ["--select-sets", ",".join(map(str, cfg.select_sets)),
+                  "--select-every", cfg.select_every, "--select-by", cfg.select_by]
+    if cfg.warm_start:
+        flags += ["--warm-start", cfg.warm_start, "--warm-start-epochs", cfg.warm_start_epochs]
     command = "mltcp cluster rl-train " + shlex.join(str(f) for f in flags)
     result = rl_train.train(cfg, args.out, args.name, command=command)
+    picked = result.selection.picked if result.selection else None
+    where = (f", the checkpoint at {picked.timesteps} steps: {cfg.select_by} mean JCT "
+             f"{picked.score_s / 3600:.2f} h on the selection sets" if picked else "")
     print(f"policy {result.policy} ({result.train_s:.0f} s, {len(result.episodes)} "
-          f"episodes); run it as scheduler rl-base@{result.policy} or "
+          f"episodes{where}); run it as scheduler rl-base@{result.policy} or "
           f"rl-hybrid@{result.policy}")
     return 0
 

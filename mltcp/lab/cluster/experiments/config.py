@@ -192,14 +192,15 @@ class ExperimentConfig:
 
 
 def policy_file(spec: str) -> Path | None:
-    """The policy checkpoint an RL scheduler spec loads (``rl-base@PATH``: PATH; bare
-    ``rl-base``/``rl-hybrid``: the shipped one), None for every other scheduler."""
-    from mltcp.lab.cluster.papers.deepshare_rl.schedulers import shipped_path
+    """The policy checkpoint an RL scheduler spec loads (``rl-base@PATH``: PATH, or the
+    shipped policy PATH names; bare ``rl-base``/``rl-hybrid``: the shipped one), None
+    for every other scheduler."""
+    from mltcp.lab.cluster.papers.deepshare_rl.schedulers import policy_path
 
     kind, sep, path = spec.partition("@")
     if kind not in ("rl-base", "rl-hybrid"):
         return None
-    return Path(path) if sep else shipped_path()
+    return policy_path(path if sep else None)
 
 
 def _file_digest(path: Path) -> str:
@@ -260,7 +261,7 @@ def _parse(data: Mapping[str, Any], base_dir: Path, default_name: str) -> Experi
     networks = _names(data.get("networks", list(DEFAULT_NETWORKS)), "networks",
                       '["fair", "mltcp"]')
     for i, scheme in enumerate(networks):
-        _check_network(scheme, f"networks[{i}]", cluster)
+        _check_network(scheme, f"networks[{i}]", cluster, specs)
     seeds = _seeds(data.get("seeds", [0]))
     f_steps = validate.integer(data.get("f_steps", 8), "f_steps", 0, 1_000_000, "8")
     return ExperimentConfig(name, cluster, jobs, schedulers, networks, seeds, f_steps,
@@ -314,11 +315,15 @@ def _parse_scheduler(spec: str, field_: str, cluster: LeafSpine) -> SchedulerSpe
         raise SpecError(field_, err.problem, err.fix) from None
 
 
-def _check_network(scheme: str, field_: str, cluster: LeafSpine) -> None:
+def _check_network(scheme: str, field_: str, cluster: LeafSpine,
+                   specs: tuple[SchedulerSpec, ...] = ()) -> None:
+    """The scheme builds, and every scheduler of ``specs`` can run with it."""
     from mltcp.lab.cluster.experiments.registry import network
 
     try:
-        network(scheme, cluster)
+        built = network(scheme, cluster)
+        for spec in specs:
+            spec.check_network(built)
     except SpecError as err:
         raise SpecError(field_, err.problem, err.fix) from None
 

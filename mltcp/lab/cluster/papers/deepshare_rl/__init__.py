@@ -6,7 +6,9 @@
   engine;
 * :mod:`encoding` -- the state, candidates, actions, masks and the CS meter, one
   definition for training and deployment;
-* :mod:`gym_env` -- the Gymnasium environment over the simulator; :mod:`train` --
-  MaskablePPO training; :mod:`schedulers` -- RL-base, RL-Hybrid and rule ablations;
-  ``policies/`` -- the shipped policy.
+* :mod:`gym_env` -- the Gymnasium environment over the simulator (Eq. 2, and our JCT
+  term); :mod:`train` -- MaskablePPO training; :mod:`selection` -- checkpoint selection
+  on held-out job sets; :mod:`imitation` -- a warm start that imitates a rule;
+  :mod:`schedulers` -- RL-base, RL-Hybrid and rule ablations; ``policies/`` -- the
+  shipped policies.
 """

@@ -20,8 +20,17 @@ it is paid for each stretch of time between moments, weighted by the stretch's l
 in rounds (so an episode's return is its integral over time, however many moments it
 has); a step that only places a job earns 0.
 
+Eq. 2 has no term for waiting: a policy that defers small jobs behind large ones pays
+nothing for it, and learns to (docs/cluster.md).  ``jct_weight`` (W3, ours; 0, the
+paper's Eq. 2, by default) adds ``-W3 x (jobs in the system / jobs in the set)`` to
+each stretch's rate, jobs in the system being those waiting or running.  Integrated
+over the episode that is ``-W3 x mean JCT in rounds`` (Little's law on one job set: the
+time integral of the jobs in the system is the sum of their JCTs), so the return
+becomes Eq. 2's integral minus W3 x the set's mean JCT: the term charges waiting and
+slow running alike, which a waiting-only term would leave to Eq. 2's CS term.
+
 ``info`` at the episode's end carries the run's mean JCT, p90 JCT, GPU utilisation and
-makespan, and the episode's return.
+makespan, the episode's return and its Eq. 2 part.
 """
 
 from __future__ import annotations
@@ -61,17 +70,19 @@ JobSets = Callable[[random.Random], Sequence[JobRequest]]
 class ContentionEnv(gym.Env):
     """``job_sets(rng)`` draws an episode's jobs (e.g. a random set of a trace:
     :func:`trace_sets`); ``w1`` weighs contention against utilisation (Eq. 2);
+    ``jct_weight`` (W3) the JCT term (module docstring; 0: Eq. 2 alone);
     ``max_steps`` ends (truncates) an episode that never finishes."""
 
     metadata = {"render_modes": []}
 
     def __init__(self, job_sets: JobSets, network: Network | None = None, w1: float = deepshare.W1,
                  round_s: float = deepshare.ROUND_S, preempt_cs: float | None = PREEMPT_CS,
-                 max_steps: int = 20_000, seed: int = 0) -> None:
+                 max_steps: int = 20_000, seed: int = 0, jct_weight: float = 0.0) -> None:
         self.fabric = deepshare.fabric()
         self.layout = Layout.of(self.fabric)
         self.network = network or fair()
         self.w1 = validate.number(w1, "w1", 0, 1, "0.4")
+        self.jct_weight = validate.number(jct_weight, "jct_weight", 0, 100, "1")
         self.round_s = validate.number(round_s, "round_s", 1e-3, 1e6, "300", lo_open=True)
         if preempt_cs is not None:
             validate.number(preempt_cs, "preempt_cs", 1, 100, "1.67", lo_open=True)
@@ -97,7 +108,7 @@ class ContentionEnv(gym.Env):
                               self.seed).start()
         self.run.admit()
         self.meter = CSMeter(self.fabric, self.round_s, self.seed)
-        self.steps, self.reward_sum = 0, 0.0
+        self.steps, self.reward_sum, self.eq2_sum, self.jobs = 0, 0.0, 0.0, len(jobs)
         return self._observe(), {}
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
@@ -129,7 +140,8 @@ class ContentionEnv(gym.Env):
             jct = result.jct_summary()
             info.update(jct_mean_s=jct["mean"], jct_p90_s=jct["p90"],
                         utilisation=result.gpu_utilisation(), steps=self.steps,
-                        reward_sum=self.reward_sum, makespan_s=result.makespan_s)
+                        reward_sum=self.reward_sum, eq2_sum=self.eq2_sum,
+                        makespan_s=result.makespan_s)
         return self._observe(), reward, done, truncated, info
 
     def action_masks(self) -> np.ndarray:
@@ -149,21 +161,28 @@ class ContentionEnv(gym.Env):
 
     def _run_until_choice(self) -> tuple[float, dict]:
         """Run the cluster from moment to moment (a job's end, an arrival, a round's
-        tick) until an action other than "nothing" fits; the reward is Eq. 2 at each
-        moment weighted by the time to it in rounds (its integral over time)."""
+        tick) until an action other than "nothing" fits; the reward is Eq. 2 (and the
+        JCT term) at each moment weighted by the time to it in rounds (its integral over
+        time)."""
         run = self.run
         assert run is not None
         reward, cs_sum, used_sum, span = 0.0, 0.0, 0.0, 0.0
         total = self.fabric.gpus
         while not run.finished:
+            # Held GPUs and jobs in the system stay as they are until the next moment:
+            # advance() stops at the first job's end.
             t, held = run.t, total - int(run.free.sum())
+            in_system = len(run.queue) + len(run.segments)
             run.advance(min(self._next_tick(), run.next_arrival_s()), MAX_EVENTS)
             run.admit()
             dt = run.t - t
             self.meter.update(run.running(), run.t)
             cs_term = self.meter.excess()
             used = held / total
-            reward += (-self.w1 * cs_term + (1 - self.w1) * used) * dt / self.round_s
+            eq2 = -self.w1 * cs_term + (1 - self.w1) * used
+            jct = -self.jct_weight * in_system / max(self.jobs, 1)
+            reward += (eq2 + jct) * dt / self.round_s
+            self.eq2_sum += eq2 * dt / self.round_s
             cs_sum, used_sum, span = cs_sum + cs_term * dt, used_sum + used * dt, span + dt
             preempt = self._preemptions()
             if preempt:

@@ -13,8 +13,11 @@ policy answers "nothing" or nothing fits:
   queue order, that :func:`~mltcp.lab.cluster.papers.deepshare_rl.setup.spread_place` fits.
 
 The policy is a stable-baselines3 / sb3-contrib MaskablePPO checkpoint (a ``.zip``);
-the repository ships one (:data:`SHIPPED`, trained by :mod:`.train` with the command in its
-``.json``), so the scheduler runs without training.  Each
+the repository ships them (``policies/``, each trained by :mod:`.train` with the command
+in its ``.json``), so the scheduler runs without training: :data:`SHIPPED`, deepshare-rl's
+Eq. 2 reward, is ``rl-base``/``rl-hybrid``; another by its name, ``rl-hybrid@NAME``
+(:data:`SHIPPED_JCT`, the reward with a JCT term and the checkpoint picked on held-out
+job sets: ``rl-hybrid@deepshare-normal-w0.4-jct``).  Each
 decision's inference time is counted (:attr:`RLScheduler.inference_s`).
 """
 
@@ -37,7 +40,8 @@ from mltcp.lab.cluster.papers.deepshare_rl import setup as deepshare
 from mltcp.lab.cluster.papers.deepshare_rl.encoding import PREEMPT_CS, CSMeter, Layout
 
 MAX_PLACEMENTS = 64                # per moment: a guard, far above what 32 GPUs hold
-SHIPPED = "deepshare-normal-w0.4"
+SHIPPED = "deepshare-normal-w0.4"             # the paper's setup: Eq. 2, the last policy
+SHIPPED_JCT = "deepshare-normal-w0.4-jct"     # Eq. 2 + a JCT term, picked by selection
 
 Policy = Callable[[np.ndarray, np.ndarray], int]
 
@@ -171,10 +175,22 @@ def rule_scheduler(kind: str, fabric: LeafSpine) -> RLScheduler:
     return RLScheduler(kind, fabric, rules[kind]())
 
 
+def policy_path(policy: str | Path | None) -> Path:
+    """The policy file ``policy`` names: a path, or the name of a shipped policy
+    (``policies/NAME.zip``, e.g. ``deepshare-normal-w0.4-jct``) where no such file is;
+    the shipped default when None."""
+    if policy is None:
+        return shipped_path()
+    path = Path(policy)
+    if not path.is_file() and path.name == str(policy) and shipped_path(str(policy)).is_file():
+        return shipped_path(str(policy))
+    return path
+
+
 def rl_scheduler(kind: str, fabric: LeafSpine, policy: str | Path | None = None
                  ) -> RLScheduler:
-    """``rl-base`` or ``rl-hybrid`` with the policy at ``policy`` (the shipped one by
-    default)."""
+    """``rl-base`` or ``rl-hybrid`` with the policy at ``policy`` (a path or a shipped
+    policy's name; the shipped default when None)."""
     if kind not in ("rl-base", "rl-hybrid"):
         raise SpecError("scheduler", f"unknown RL scheduler {kind!r}",
                         "use rl-base or rl-hybrid")
@@ -182,6 +198,6 @@ def rl_scheduler(kind: str, fabric: LeafSpine, policy: str | Path | None = None
         raise SpecError("cluster", f"the RL policy acts on deepshare-rl's 4 nodes x 8 GPUs, not "
                         f"{fabric.servers} x {fabric.gpus_per_server}",
                         "run it on [jobs] setup = \"deepshare-normal\" (or another trace)")
-    act = load_policy(policy or shipped_path())
+    act = load_policy(policy_path(policy))
     return RLScheduler(kind if policy is None else f"{kind}@{policy}", fabric, act,
                        hybrid=kind == "rl-hybrid")

@@ -65,6 +65,12 @@ TRACES: dict[str, tuple[int, ...]] = {
 DEMANDS = (2, 4, 8, 16)
 JOBS_PER_SET = 256                 # deepshare-rl §VI: "ten job sets each with 256 ... jobs"
 SETS_PER_TRACE = 10
+# Three disjoint ranges of job sets, so that no figure is measured on what shaped it: the
+# comparison evaluates on the paper's ten (0-9), a policy trains on 100-109 and its
+# checkpoint is picked by its JCT on 200-204 (:mod:`.selection`).
+EVAL_SETS = tuple(range(SETS_PER_TRACE))
+TRAIN_SETS = tuple(range(100, 110))
+SELECT_SETS = tuple(range(200, 205))
 DURATION_S = 3600.0                # deepshare-rl §VI: one hour alone
 ROUND_S = 300.0                    # deepshare-rl's released code: round_dur = 300 s
 W1 = 0.4                           # Eq. 2's contention weight: deepshare-rl's branch B (0.4, 0.6)
