@@ -25,9 +25,8 @@ from mltcp.lab.cluster.papers.ada_srsf.contention import (
     NicModel,
     gate_of,
 )
-from mltcp.lab.cluster.papers.ada_srsf.reproduce import scaled
 from mltcp.lab.cluster.papers.ada_srsf.schedulers import ada_dual, srsf_comm
-from mltcp.lab.cluster.papers.ada_srsf.setup import ADA_FABRIC, ada_srsf_jobs
+from mltcp.lab.cluster.papers.ada_srsf.setup import ADA_FABRIC, ada_srsf_jobs, scaled
 from mltcp.lab.cluster.papers.ada_srsf.shared_placement import (
     GpuPool,
     first_fit,

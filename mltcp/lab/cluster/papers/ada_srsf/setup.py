@@ -6,7 +6,9 @@ figures (:class:`~mltcp.lab.cluster.papers.figures.PaperSetup`).
 
 from __future__ import annotations
 
+import dataclasses
 import random
+from collections.abc import Sequence
 
 from mltcp.lab.cluster.arrivals import catalogue
 from mltcp.lab.cluster.arrivals.job_traces import IntRange
@@ -127,3 +129,15 @@ ADA_SRSF = PaperSetup(
     results=ADA_RESULTS,
     generate=ada_srsf_jobs,
 )
+
+
+CODE_SCALE = 100            # job_master.py: scale = 10 against the text's 1000-6000, 1200 s
+
+def scaled(jobs: Sequence[JobRequest], scale: int = CODE_SCALE) -> list[JobRequest]:
+    """``jobs`` with 1 / ``scale`` of their iterations (at least 1) and arrival times
+    (the code draws 10-60 iterations uniformly; a hundredth of 1000-6000, rounded, gives
+    10 and 60 half as often)."""
+    if scale == 1:
+        return list(jobs)
+    return [dataclasses.replace(j, iterations=max(1, round(j.iterations / scale)),
+                                arrival_s=j.arrival_s / scale) for j in jobs]

@@ -11,9 +11,9 @@ at that scale (``--scale 100``, the default) or the text's (``--scale 1``), seed
 seed, and prints the paper's figures beside ours with N and 95 % intervals (times
 multiplied back to the text's scale)::
 
-    python -m mltcp.lab.cluster.papers.ada_srsf.reproduce --seeds 0-9
-    python -m mltcp.lab.cluster.papers.ada_srsf.reproduce --seeds 0-9 --exact-checks
-    python -m mltcp.lab.cluster.papers.ada_srsf.reproduce --seeds 0-4 --scale 1
+    python bench/bench_ada_srsf.py --seeds 0-9
+    python bench/bench_ada_srsf.py --seeds 0-9 --exact-checks
+    python bench/bench_ada_srsf.py --seeds 0-4 --scale 1
 
 ``--exact-checks`` runs AdaDUAL's check on exact remaining bytes instead of the released
 code's accounting (:mod:`.contention`).
@@ -27,27 +27,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from mltcp.core import validate
-from mltcp.lab.cluster.engine.gpu_jobs import JobRequest
 from mltcp.lab.cluster.engine.simulator import ClusterSim
 from mltcp.lab.cluster.experiments.registry import network
 from mltcp.lab.cluster.experiments.report import run_metrics
 from mltcp.lab.cluster.papers import compare
 from mltcp.lab.cluster.papers.ada_srsf.schedulers import SCHEDULERS
-from mltcp.lab.cluster.papers.ada_srsf.setup import ADA_FABRIC, ada_srsf_jobs
+from mltcp.lab.cluster.papers.ada_srsf.setup import ADA_FABRIC, CODE_SCALE, ada_srsf_jobs, scaled
 from mltcp.lab.cluster.papers.ada_srsf.timeshare import TimeShareScheduler
 
-CODE_SCALE = 100            # job_master.py: scale = 10 against the text's 1000-6000, 1200 s
 TIME_METRICS = ("jct_mean_s", "jct_p50_s", "jct_p95_s", "jct_p99_s", "makespan_s")
 
 
-def scaled(jobs: Sequence[JobRequest], scale: int = CODE_SCALE) -> list[JobRequest]:
-    """``jobs`` with 1 / ``scale`` of their iterations (at least 1) and arrival times
-    (the code draws 10-60 iterations uniformly; a hundredth of 1000-6000, rounded, gives
-    10 and 60 half as often)."""
-    if scale == 1:
-        return list(jobs)
-    return [dataclasses.replace(j, iterations=max(1, round(j.iterations / scale)),
-                                arrival_s=j.arrival_s / scale) for j in jobs]
 
 
 def cells() -> list[compare.Cell]:
