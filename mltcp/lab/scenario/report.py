@@ -53,6 +53,7 @@ from mltcp.core.errors import SpecError
 from mltcp.lab.common import runset, stats
 from mltcp.lab.common.atomic import write_json, write_text
 from mltcp.lab.scenario import metrics, report_plots, tidy
+from mltcp.lab.scenario.hosts.start import late_jobs, runs_not_synchronized
 from mltcp.lab.scenario.spec import Scheme, scheme_of
 from mltcp.lab.scenario.trace import Trace, load_trace
 
@@ -373,7 +374,7 @@ def _start_lines(report: dict) -> list[str]:
     starts = {name: run["start"] for name, run in report["runs"].items() if run.get("start")}
     if not starts:
         return []
-    missed = {name: rec for name, rec in starts.items() if not rec["synchronized"]}
+    missed = {name: starts[name] for name in runs_not_synchronized(list(starts.items()))}
     worst = max(rec["max_skew_s"] for rec in starts.values() if rec["synchronized"]) \
         if len(missed) < len(starts) else None
     line = (f"Synchronized start: {len(starts) - len(missed)} of {len(starts)} runs had every "
@@ -382,8 +383,8 @@ def _start_lines(report: dict) -> list[str]:
     line += f" (largest skew {worst * 1000:.0f} ms)." if worst is not None else "."
     if missed:
         line += " NOT synchronized (their jobs did not start together): " + "; ".join(
-            f"{name}: " + ", ".join(f"{job} {j['skew_s']:+.2f} s" for job, j in rec["jobs"].items()
-                                    if abs(j["skew_s"]) > rec["tolerance_s"])
+            f"{name}: " + ", ".join(f"{job} {j['skew_s']:+.2f} s"
+                                    for job, j in late_jobs(rec).items())
             for name, rec in missed.items()) + "."
     return [line, ""]
 

@@ -46,7 +46,6 @@ class HostsBackend(Backend):
         self.inventory_path = inventory
         self.keep_logs = Path(keep_logs) if keep_logs is not None else None
         self.timeout_s = timeout_s
-        self.start_slack_s = start_slack_s   # None: start.DEFAULT_SLACK_S
         self.clock = StartClock(DEFAULT_SLACK_S if start_slack_s is None else start_slack_s)
 
     def require(self) -> None:

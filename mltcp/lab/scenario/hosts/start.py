@@ -78,11 +78,17 @@ def start_record(launched_at: float, slack_s: float, start_at: Mapping[str, floa
             "jobs": jobs}
 
 
+def late_jobs(record: Mapping) -> dict[str, Mapping]:
+    """The jobs of one run whose first iteration missed its moment (either way)."""
+    return {name: j for name, j in record["jobs"].items()
+            if abs(j["skew_s"]) > record["tolerance_s"]}
+
+
 def describe(record: Mapping) -> str:
     """One line: which jobs missed the start, by how much, and the start-up behind it."""
     late = [f"job {name} {j['skew_s']:+.2f} s (start-up "
             f"{'?' if j['startup_s'] is None else format(j['startup_s'], '.1f')} s)"
-            for name, j in record["jobs"].items() if abs(j["skew_s"]) > record["tolerance_s"]]
+            for name, j in late_jobs(record).items()]
     if not late:
         return (f"synchronized start: every job within {record['max_skew_s'] * 1000:.0f} ms "
                 f"(slack {record['slack_s']:g} s)")
