@@ -325,3 +325,20 @@ def test_bench_reports_n_and_intervals():
     assert bench.rl_specs(["x/p.zip"]) == {"rl-base@p": "rl-base@x/p.zip",
                                            "rl-hybrid@p": "rl-hybrid@x/p.zip"}
     assert list(bench.rl_specs(["deepshare-normal-w0.4"]))[0] == "rl-base@deepshare-normal-w0.4"
+
+
+# --- the learning rate
+
+
+def test_learning_rate_is_checked_and_reaches_ppo(tmp_path):
+    with pytest.raises(SpecError, match="learning_rate"):
+        rl_train.TrainConfig(learning_rate=0.0)
+    with pytest.raises(SpecError, match="learning_rate"):
+        rl_train.TrainConfig(learning_rate=float("inf"))
+    from sb3_contrib import MaskablePPO
+
+    slow = rl_train.train(rl_train.TrainConfig(**TINY, timesteps=64, learning_rate=1e-5),
+                          tmp_path, "slow", **QUIET)
+    assert MaskablePPO.load(slow.policy, device="cpu").learning_rate == pytest.approx(1e-5)
+    record = json.loads((tmp_path / "slow.json").read_text())
+    assert record["config"]["learning_rate"] == pytest.approx(1e-5)

@@ -75,6 +75,9 @@ def register(sub: Any) -> None:
                     help="PPO's discount per decision, > 0 and <= 1 (default 0.99)")
     tr.add_argument("--ent-coef", type=args_.number(0, 1, "0.01"),
                     help="PPO's entropy bonus, 0..1 (default 0)")
+    tr.add_argument("--learning-rate", type=args_.number(1e-7, 1, "0.0003"),
+                    help="PPO's step size, 1e-7..1 (default 0.0003, stable-baselines3's); "
+                         "lower keeps a warm-started policy near the rule it imitated")
     tr.add_argument("--jct-weight", type=args_.number(0, 100, "1"),
                     help="W3, the reward's JCT term: -W3 x the fraction of the set's jobs "
                          "waiting or running, per round; 0..100 (default 0: deepshare-rl's "
@@ -171,9 +174,9 @@ def cmd_rl_train(args: argparse.Namespace) -> int:
 
     given = {k: getattr(args, k) for k in ("trace", "w1", "timesteps", "jobs", "duration_s",
                                             "round_s", "network", "seed", "n_steps",
-                                            "gamma", "ent_coef", "jct_weight", "select_sets",
-                                            "select_every", "select_by", "warm_start",
-                                            "warm_start_epochs")
+                                            "gamma", "ent_coef", "learning_rate",
+                                            "jct_weight", "select_sets", "select_every",
+                                            "select_by", "warm_start", "warm_start_epochs")
              if getattr(args, k) is not None}
     try:
         cfg = rl_train.TrainConfig(**given)       # the defaults are TrainConfig's
@@ -185,7 +188,7 @@ def cmd_rl_train(args: argparse.Namespace) -> int:
              "--timesteps", cfg.timesteps, "--jobs", cfg.jobs, "--duration-s", cfg.duration_s,
              "--round-s", cfg.round_s, "--network", cfg.network, "--seed", cfg.seed,
              "--n-steps", cfg.n_steps, "--gamma", cfg.gamma, "--ent-coef", cfg.ent_coef,
-             "--jct-weight", cfg.jct_weight]
+             "--learning-rate", cfg.learning_rate, "--jct-weight", cfg.jct_weight]
     if cfg.select_sets:
         flags += ["--select-sets", ",".join(map(str, cfg.select_sets)),
                   "--select-every", cfg.select_every, "--select-by", cfg.select_by]

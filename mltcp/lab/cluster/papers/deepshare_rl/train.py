@@ -70,6 +70,7 @@ class TrainConfig:
     sets: tuple[int, ...] = TRAIN_SETS
     gamma: float = 0.99
     ent_coef: float = 0.0
+    learning_rate: float = 3e-4             # SB3's default; lower keeps a warm start close
     jct_weight: float = 0.0                 # W3: 0 is the paper's Eq. 2
     select_sets: tuple[int, ...] = ()       # () keeps the last policy
     select_every: int = 10_000
@@ -85,6 +86,7 @@ class TrainConfig:
         validate.choice(self.network, "network", ("fair", "mltcp"))
         validate.number(self.gamma, "gamma", 0, 1, "0.99", lo_open=True)
         validate.number(self.ent_coef, "ent_coef", 0, 1, "0.01")
+        validate.number(self.learning_rate, "learning_rate", 1e-7, 1, "0.0003")
         validate.number(self.jct_weight, "jct_weight", 0, 100, "1")
         validate.integer(self.select_every, "select_every", 1, 10**9, "10000")
         validate.choice(self.select_by, "select_by", rl_select.SELECT_BY)
@@ -163,6 +165,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, name: str,
     torch.set_num_threads(1)            # a small MLP: threads only add overhead
     model = MaskablePPO("MlpPolicy", env, n_steps=cfg.n_steps, batch_size=64,
                         gamma=cfg.gamma, ent_coef=cfg.ent_coef, seed=cfg.seed,
+                        learning_rate=cfg.learning_rate,
                         device="cpu", verbose=0)
     model.set_logger(quiet_logger(Logger))
     result = TrainResult(cfg, out / f"{name}.zip", 0.0)
