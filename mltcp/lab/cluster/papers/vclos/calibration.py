@@ -44,8 +44,8 @@ What this cannot match: the testbed's mean mixes jobs that cross leaves with job
 not, and collisions between jobs with a job's own (the testbed per size: +8.1 % for
 8-GPU and +17.9 % for 16-GPU jobs, §8.2, which do not average to Table 4's +27.3 %);
 calibrating a job alone on CLUSTER512 to the mean is our reading.  On the testbed's own
-geometry (4 rails over 16 uplinks a leaf) c is about 1.56 and the same target would give
-alpha about 0.49.
+geometry (4 rails over 16 uplinks a leaf) c is about 1.59 and the same target would give
+alpha about 0.47.
 """
 
 from __future__ import annotations
