@@ -91,6 +91,19 @@ def test_deepshare_rls_jct_is_compared_as_end_minus_arrival_and_as_time_on_gpus(
     assert not paper_compare.rows("deepshare-heavy", cells)       # plotted only
 
 
+def test_vclos_jrt_is_time_on_gpus() -> None:
+    cells = {("vclos", "fair"): {"held_mean_s": 94.0, "jct_mean_s": 150.0},
+             ("vclos-balanced", "fair"): {"held_mean_s": 100.0, "jct_mean_s": 200.0},
+             ("vclos-sr", "fair"): {"held_mean_s": 98.0, "jct_mean_s": 170.0}}
+    rows = {(r.scheme, r.baseline, r.metric): r
+            for r in paper_compare.rows("vclos-cluster512-fifo", cells)}
+    jrt = rows["vClos", "Balanced ECMP", "average JRT"]
+    assert jrt.ours_pct == pytest.approx(6.0) and jrt.paper_pct == pytest.approx(6.17)
+    assert jrt.ours == "vclos/fair vs vclos-balanced/fair (held_mean_s)"
+    assert rows["vClos", "Source Routing", "average JRT"].ours_pct == pytest.approx(100 * 4 / 98)
+    assert rows["OCS-vClos", "Source Routing", "average JRT"].ours.startswith("not run here")
+
+
 def test_given_the_seeds_ours_carries_n_and_a_paired_interval() -> None:
     from mltcp.lab.common import stats
 

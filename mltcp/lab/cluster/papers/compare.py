@@ -78,6 +78,8 @@ METRICS: dict[str, tuple[str, bool]] = {
     "average JCT": ("jct_mean_s", False), "median JCT": ("jct_p50_s", False),
     "95th-percentile JCT": ("jct_p95_s", False),
     "average JWT": ("jwt_mean_s", False),
+    # vclos's JRT, a job's running time: its time on GPUs (no vClos scheduler preempts)
+    "average JRT": ("held_mean_s", False),
     "average GPU utilisation": ("gpu_utilisation", True),
     "average iteration time": ("iteration_mean_s", False),
     "p99 iteration time": ("iteration_p99_s", False),
