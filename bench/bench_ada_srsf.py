@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mltcp.core import validate
+from mltcp.core.errors import SpecError
 from mltcp.lab.cluster.engine.simulator import ClusterSim
 from mltcp.lab.cluster.experiments.registry import network
 from mltcp.lab.cluster.experiments.report import run_metrics
@@ -87,7 +88,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--scale", type=int, default=CODE_SCALE, help="iterations and arrivals "
                         "divided by this: 100 the released code's, 1 the paper's text")
     args = parser.parse_args(argv)
-    seeds = validate.seeds(args.seeds, "--seeds")
+    try:
+        seeds = validate.seeds(args.seeds, "--seeds")   # a range counted, not expanded
+    except SpecError as err:
+        parser.error(str(err))
     scale = validate.integer(args.scale, "--scale", 1, 1000, "100")
     print(report(run(seeds, args.exact_checks, scale)))
 

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from mltcp.core import validate
+from mltcp.core.errors import SpecError
 from mltcp.lab.cluster.engine.simulator import ClusterSim
 from mltcp.lab.cluster.experiments import registry, report
 from mltcp.lab.cluster.experiments.config import parse_config
@@ -255,7 +256,11 @@ def main() -> int:
     p.add_argument("--parallel", type=int, default=1)
     p.add_argument("--out", default="bench/results/rl-scheduler.json")
     a = p.parse_args()
-    sets, networks = list(validate.seeds(a.sets, "--sets")), a.networks.split(",")
+    try:
+        sets = list(validate.seeds(a.sets, "--sets"))   # a range counted, not expanded
+    except SpecError as err:
+        p.error(str(err))
+    networks = a.networks.split(",")
     chosen = a.schedulers.split(",")
     unknown = [s for s in chosen if s not in SCHEDULERS]
     if unknown:

@@ -40,6 +40,38 @@ directory; rows run unprivileged unless marked "as root".
 |---|---|---|
 """
 
+FOOTER = """
+## Memory
+
+Some inputs are in range field by field and out of memory together: 10,000 iterations of
+600 s of compute (69 days of 10 ms link samples), a cluster of 4096 leaves x 1024 servers
+x 64 GPUs, a seed range of 10^11 seeds.  Each is refused before anything is allocated, in
+one line naming the fields and the memory it would need, exit code 2 (the rows above).
+
+* **The budget**: `MEMORY_BUDGET_BYTES` in `mltcp/core/validate.py`, 2 GiB per process:
+  what one run, the runs a batched model or a sweep's worker holds at once, the traces a
+  run set's report reads back, or a cluster experiment may hold for what its input sizes.
+  The estimates count peak bytes per item, measured on this code and rounded up:
+  * scenario runs (`mltcp/lab/scenario/footprint.py`, every backend): 1536 B per link
+    sample (each shaped link both ways, every 10 ms on fluid, dcqcn and ns3, 50 ms on
+    netns) over the run's length bounded from below (a job's start and iterations of
+    compute, each with its bytes over its slowest link; the busiest link's bytes), 1536 B
+    per iteration record (192 B per further phase; a scenario whose records alone exceed
+    the budget is refused before a plan is made), 8 B per flow x link of a batched lane;
+    a run set's report holds 64 B per sample and 512 B per record of every run.  With 2
+    shaped links a run may last ~7,000 s (compatible-pair's 10,000 iterations take
+    ~2,000 s).  Runs that fit alone but not together run in consecutive chunks of half the
+    budget (the fluid and dcqcn backends, a sweep's chunks); a fluid run that contention
+    draws out beyond the budget stops when it reaches it.
+  * cluster experiments (`mltcp/lab/cluster/engine/leafspine.py`, `simulator.py`): 320 B
+    per link, 48 B per GPU and 64 B per server of the fabric; 2 KiB per job of the run in
+    flight, 256 B per job of each seed's job list, 640 B per job of each finished run.
+* **Counts**: a seed list or range (`--seeds`, `--select-sets`, the benchmarks' `--sets`,
+  a file's `seeds`) holds at most `MAX_SEEDS` = 10,000 seeds, a range counted before it
+  is expanded, each from 0 to 4294967295; a sweep at most 100,000 runs (grid points x
+  seeds).
+"""
+
 
 def line_for(row: Row, old: dict[str, tuple[int, str]]) -> str:
     why = why_not_runnable(row)
@@ -55,7 +87,7 @@ def main() -> int:
     old = doc_rows() if DOC.exists() else {}
     with ThreadPoolExecutor(max_workers=4) as pool:
         lines = list(pool.map(lambda r: line_for(r, old), ROWS))
-    DOC.write_text(HEADER + "\n".join(lines) + "\n")
+    DOC.write_text(HEADER + "\n".join(lines) + "\n" + FOOTER)
     print(f"{len(lines)} rows -> {DOC.relative_to(REPO)}")
     return 0
 

@@ -66,6 +66,12 @@ FLUID = ("--backend", "fluid", "--out", "{dir}/out")
 ADVISE = ("dcqcn", "run", "--iface", "x", "--backend", "defaults", "--advise")
 TRUNCATED = (("state/jobs.json", '{"datapath": null, "jobs": {"a": {"id": 1'),)
 SCENARIO = (REPO / "mltcp/lab/scenario/examples/compatible-pair.toml").read_text()
+LONG_SCENARIO = SCENARIO.replace("compute_ms = 120", "compute_ms = 600000").replace(
+    "iterations = 40", "iterations = 10000")
+HUGE_CLUSTER = (REPO / "mltcp/lab/cluster/experiments/examples/small.toml").read_text() \
+    .replace("leaves = 2", "leaves = 4096").replace("servers_per_leaf = 2",
+                                                     "servers_per_leaf = 1024") \
+    .replace("gpus_per_server = 4", "gpus_per_server = 64")
 OTHER_RUN_SET = (("out/runset.json", json.dumps({
     "schema": "mltcp.runset/1", "kind": "scenario", "name": "incompatible-pair",
     "digest": "0123456789abcdef", "backend": "fluid", "schemes": {}, "seeds": [0],
@@ -193,6 +199,15 @@ ROWS: list[Row] = [
         "f-steps"),
     Row((*SWEEP, "--param", "slope=1", "--dask", "nonsense"), 2, "--dask"),
     Row(("demo", "--seeds", "x"), 2, "seeds"),
+    # in range field by field, out of memory together (docs/bad-input.md, "Memory")
+    Row(("run", "{dir}/s.toml", *FLUID, "--scheme", "cubic"), 2, "jobs[0].iterations x",
+        (("s.toml", LONG_SCENARIO),), "compute_ms = 600000 and iterations = 10000"),
+    Row(("cluster", "run", "{dir}/c.toml", "--out", "{dir}/out"), 2, "cluster.leaves x",
+        (("c.toml", HUGE_CLUSTER),), "4096 leaves x 1024 servers x 64 GPUs"),
+    Row((*SWEEP, "--param", "slope=1", "--seeds", "0-99999999999"), 2, "seeds"),
+    Row(("demo", "--seeds", "0-99999999999"), 2, "seeds"),
+    Row(("cluster", "rl-train", "--out", "{dir}/out", "--select-sets", "0-99999999999"), 2,
+        "--select-sets"),
     Row(("demo", "--live", "--cc", "vegas"), 2, "--cc"),
     Row(("demo", "--live", "--iterations", "0"), 2, "--iterations"),
     Row(("demo", "--json"), 2, "--json"),

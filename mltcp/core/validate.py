@@ -196,19 +196,66 @@ def port_range(value: object, field: str) -> tuple[int, int]:
     return lo, hi
 
 
+MAX_SEED = 2**32 - 1   # what every backend's RNG accepts
+MAX_SEEDS = 10_000     # seeds of one list or range (each a run, or a run per scheme)
+
+
 def seeds(text: str, field: str = "seeds") -> tuple[int, ...]:
-    """``"0-4"`` or ``"0,3,7"`` -> seeds (duplicates dropped, order kept)."""
-    out: list[int] = []
+    """``"0-4"`` or ``"0,3,7"`` -> seeds (duplicates dropped, order kept), each 0..MAX_SEED,
+    at most MAX_SEEDS of them.
+
+    A range is counted before it is expanded, so ``0-99999999999`` is refused at once
+    instead of filling memory with a list it would then refuse."""
+    parts = _seed_ranges(text, field)
+    count = sum(max(hi - lo + 1, 0) for lo, hi in parts)
+    if count > MAX_SEEDS:
+        raise SpecError(field, f"{text!r} gives {count} seeds, over {MAX_SEEDS}",
+                        f"give at most {MAX_SEEDS} seeds, e.g. 0-9")
+    if not count or min(lo for lo, hi in parts if hi >= lo) < 0:
+        raise SpecError(field, f"{text!r} gives no non-negative seed", "write e.g. 0-9")
+    top = max(hi for lo, hi in parts if hi >= lo)
+    if top > MAX_SEED:
+        raise SpecError(field, f"{text!r} reaches seed {top}, over {MAX_SEED}",
+                        f"use seeds from 0 to {MAX_SEED}, e.g. 0-9")
+    return tuple(dict.fromkeys(s for lo, hi in parts for s in range(lo, hi + 1)))
+
+
+def _seed_ranges(text: str, field: str) -> list[tuple[int, int]]:
+    """The (first, last) of every comma-separated part of a seed list (a single seed is
+    a range of one), not expanded."""
+    out: list[tuple[int, int]] = []
     try:
         for part in str(text).split(","):
             lo, dash, hi = part.partition("-")
-            out += list(range(int(lo), int(hi) + 1)) if dash else [int(lo)]
+            out.append((int(lo), int(hi) if dash else int(lo)))
     except ValueError:
         raise SpecError(field, f"{text!r} is not a list or range of integers",
                         "write e.g. 0-9 or 0,1,5") from None
-    if not out or min(out) < 0:
-        raise SpecError(field, f"{text!r} gives no non-negative seed", "write e.g. 0-9")
-    return tuple(dict.fromkeys(out))
+    return out
+
+
+# The memory one process may spend on what an input sizes (a run's link samples and
+# iteration records, a batch's lanes, a cluster's fabric and jobs, a run set's traces):
+# an input whose estimate exceeds it is refused before anything is allocated, with one
+# line naming the fields and the size it would need (docs/bad-input.md, "Memory").
+MEMORY_BUDGET_BYTES = 2 * 2**30
+
+
+def fmt_bytes(n: float) -> str:
+    """A size in binary units with two or three significant digits (6.2 GiB, 512 MiB):
+    what a reader compares with the budget at a glance."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def within_memory(need_bytes: float, field: str, what: str, fix: str) -> None:
+    """Refuse an input whose estimated memory, ``need_bytes``, exceeds the one budget:
+    ``what`` says what it sizes ("2 links sampled every 10 ms for 6e+06 s")."""
+    if need_bytes > MEMORY_BUDGET_BYTES:
+        raise SpecError(field, f"{what} need ~{fmt_bytes(need_bytes)} of memory (limit "
+                        f"{fmt_bytes(MEMORY_BUDGET_BYTES)})", fix)
 
 
 def known_keys(data: Mapping[str, object], path: str, allowed: Iterable[str]) -> None:

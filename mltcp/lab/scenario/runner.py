@@ -26,7 +26,7 @@ from typing import Any
 from mltcp.core import validate
 from mltcp.core.errors import SpecError
 from mltcp.lab.common import runset
-from mltcp.lab.scenario import backends, schedule
+from mltcp.lab.scenario import backends, footprint, schedule
 from mltcp.lab.scenario.backends.base import Backend, Progress
 from mltcp.lab.scenario.plan import RunPlan, resolve
 from mltcp.lab.scenario.spec import DEDICATED, Scenario, Scheme, load_scenario
@@ -56,6 +56,21 @@ def plan_runs(scenario: Scenario, seeds: Sequence[int], dedicated: bool,
                       for job in scenario.jobs]
         plans += [resolve(scenario, scheme, seed) for scheme in scenario.schemes]
     return schedule.apply(plans)
+
+
+def check_memory(engine: Backend, scenario: Scenario, seeds: Sequence[int], dedicated: bool,
+                 dedicated_seeds: Sequence[int] | None = None) -> None:
+    """Every run of the run set, and the traces its report reads back together, within
+    the memory budget: checked on the first seed's plans, before every seed's are made
+    (thousands of seeds of a long scenario would fill memory with plans alone)."""
+    footprint.check_scenario(scenario)
+    per_seed = plan_runs(scenario, seeds[:1], dedicated)
+    for plan in per_seed:
+        engine.check(plan)
+    n_dedicated = (0 if not dedicated else len(seeds) if dedicated_seeds is None
+                   else len(set(seeds) & set(dedicated_seeds)))
+    footprint.check_runset(per_seed, len(seeds), n_dedicated, engine.link_sample_s(),
+                           engine.capabilities.batched)
 
 
 def backend_for(name: str, parallel: int = 1,
@@ -138,6 +153,7 @@ def run_scenario(scenario_ref: str, out_dir: str | Path, schemes: Sequence[str] 
     whole = load_scenario(scenario_ref)
     scenario = whole.with_schemes(schemes) if schemes else whole
     chosen = list(seeds) if seeds else list(scenario.seeds)
+    check_memory(engine, scenario, chosen, dedicated, dedicated_seeds)
     plans = plan_runs(scenario, chosen, dedicated, dedicated_seeds)
     for plan in plans:
         engine.check(plan)

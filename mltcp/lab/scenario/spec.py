@@ -43,7 +43,7 @@ MAX_QUEUE_PACKETS = 100_000
 MAX_COMPUTE_MS = 600_000
 MAX_ITERATIONS = 10_000
 MAX_START_OFFSET_MS = 3_600_000
-MAX_SEED = 2**32 - 1  # what every backend's RNG accepts
+MAX_SEED = validate.MAX_SEED  # what every backend's RNG accepts
 
 _SCENARIO_NAME = re.compile(r"[a-z0-9-]{1,40}")
 _JOB_NAME = re.compile(r"[a-z0-9_-]{1,20}")
@@ -590,12 +590,16 @@ def _parse_seeds(value: object) -> tuple[int, ...]:
     if not isinstance(value, list) or not value:
         raise SpecError("seeds", f"must be a non-empty list of integers (got {value!r})",
                         "use e.g. seeds = [0, 1, 2]")
-    seeds: list[int] = []
+    if len(value) > validate.MAX_SEEDS:
+        raise SpecError("seeds", f"lists {len(value)} seeds, over {validate.MAX_SEEDS}",
+                        f"give at most {validate.MAX_SEEDS} seeds")
+    seeds: dict[int, None] = {}
     for index, seed in enumerate(value):
         field = f"seeds[{index}]"
-        seeds.append(validate.integer(seed, field, 0, MAX_SEED, "0"))
-        if seed in seeds[:-1]:
+        validate.integer(seed, field, 0, MAX_SEED, "0")
+        if seed in seeds:
             raise SpecError(field, f"duplicate seed {seed}", "list every seed once")
+        seeds[seed] = None
     return tuple(seeds)
 
 

@@ -54,7 +54,7 @@ from mltcp.lab.common import plotting, runset, stats, tables
 from mltcp.lab.common.atomic import replacing, write_json
 from mltcp.lab.common.distributed import dask_client, require_dask
 from mltcp.lab.common.provenance import provenance
-from mltcp.lab.scenario import backends, metrics, schedule
+from mltcp.lab.scenario import backends, footprint, metrics, schedule
 from mltcp.lab.scenario.plan import RunPlan, resolve
 from mltcp.lab.scenario.spec import (
     DEDICATED,
@@ -86,6 +86,7 @@ _AXIS_CHECKS: dict[str, Callable[[Any, str], float]] = {
 }
 _INT_PARAMS = ("jobs", "iterations")
 DEFAULT_CHUNK = 256
+MAX_RUNS = 100_000    # grid points x seeds: each a row, and a dict and a task before that
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,12 @@ class SweepSpec:
     backend_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        runs = math.prod(len(v) for v in self.grid.values()) * len(self.seeds)
+        if runs > MAX_RUNS:
+            sizes = " x ".join(f"{len(v)} {k}" for k, v in self.grid.items())
+            raise SpecError("param", f"{sizes} values x {len(self.seeds)} seeds make "
+                            f"{runs:,} runs, over {MAX_RUNS:,}",
+                            "sweep fewer values or seeds at once")
         varied = [k for k in SCHEME_PARAMS if k in self.grid]
         if varied and not self.scheme.mltcp:
             # MLTCP's F on a standard scheme would run a scheme the sweep does not name.
@@ -178,6 +185,7 @@ def make_spec(scenario_ref: str, params: Iterable[str], seeds: str = "0",
                      parse_seeds(seeds), backend, dict(backend_options or {}))
     for point in spec.points():
         variant(spec, point)        # fail now, not in a worker, on a bad value
+    point_bytes(spec)               # and on a point whose runs would not fit in memory
     return spec
 
 
@@ -244,15 +252,39 @@ def _structure(point: Mapping[str, float]) -> tuple:
     return tuple((k, point[k]) for k in ("jobs",) if k in point)
 
 
+def point_bytes(spec: SweepSpec) -> dict[tuple, int]:
+    """Peak memory of each scenario variant's runs (a point's and its jobs' dedicated
+    ones, on the first seed: a seed moves paths and jitter, not sizes), each run checked
+    against the budget by the backend (one line naming the field if one does not fit)."""
+    engine = spec.engine()
+    sample_s, batched = engine.link_sample_s(), engine.capabilities.batched
+    out: dict[tuple, int] = {}
+    for point in spec.points():
+        key, _ = _scenario_key(point, spec.seeds[0])
+        if key not in out:
+            footprint.check_scenario(variant(spec, point)[0])
+            plan, dedicated = point_plans(spec, point, spec.seeds[0])
+            for p in (plan, *dedicated):
+                engine.check(p)
+            out[key] = sum(footprint.of(p, sample_s, batched).peak_bytes
+                           for p in (plan, *dedicated))
+    return out
+
+
 def chunks(spec: SweepSpec, size: int = DEFAULT_CHUNK) -> list[list[tuple[dict, int]]]:
-    """(point, seed) pairs cut into chunks whose points share one structure."""
+    """(point, seed) pairs cut into chunks whose points share one structure, at most
+    ``size`` of them and, together, within the memory budget (a worker holds a chunk's
+    traces until its rows are made)."""
     groups: dict[tuple, list[tuple[dict, int]]] = {}
     for point in spec.points():
         for seed in spec.seeds:
             groups.setdefault(_structure(point), []).append((point, seed))
+    cost = point_bytes(spec)
     out = []
     for items in groups.values():
-        out += [items[i:i + size] for i in range(0, len(items), size)]
+        for part in (items[i:i + size] for i in range(0, len(items), size)):
+            costs = [cost[_scenario_key(p, s)[0]] for p, s in part]
+            out += [[part[k] for k in ks] for ks in footprint.chunks(costs)]
     return out
 
 

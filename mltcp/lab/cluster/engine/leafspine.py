@@ -34,6 +34,13 @@ from mltcp.core import validate
 from mltcp.core.errors import SpecError
 
 ETHERNET_AND_TCP_IP = (14, 52)          # frame header; IP + TCP with timestamps
+# Peak bytes a run spends per link (the fluid engine's packed row and scratch, the
+# capacities), per GPU (a placement's list of free slots) and per server (its free
+# count, a scheduler's views), measured on `mltcp cluster run` and rounded up: a cluster
+# whose fabric alone would exceed the memory budget is refused when it is described.
+LINK_BYTES = 320
+GPU_BYTES = 48
+SERVER_BYTES = 64
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,30 @@ class LeafSpine:
                         fix="use 1 (non-blocking) or more, e.g. 4")
         validate.integer(self.mtu_bytes, "cluster.mtu_bytes", 576, 9216, "1500")
         validate.integer(self.rails, "cluster.rails", 1, 64, "8")
+        self._check_memory()
+
+    @property
+    def memory_bytes(self) -> int:
+        """What a run on this fabric spends on the fabric itself (jobs apart)."""
+        return (self.links * LINK_BYTES + self.gpus * GPU_BYTES
+                + self.servers * SERVER_BYTES)
+
+    def _check_memory(self) -> None:
+        """Refuse a fabric whose arrays alone exceed the memory budget, naming the fields
+        whose product sizes most of it: each may be in range while their product is not
+        (4096 leaves x 1024 servers x 64 GPUs)."""
+        parts = {"servers_per_leaf x gpus_per_server":
+                 self.gpus * GPU_BYTES + self.servers * SERVER_BYTES,
+                 "servers_per_leaf x rails": 2 * self.nics * LINK_BYTES,
+                 "spines": 2 * self.leaves * self.spines * LINK_BYTES}
+        fields = max(parts, key=lambda k: parts[k])
+        validate.within_memory(
+            self.memory_bytes, f"cluster.leaves x {fields}",
+            f"{self.leaves} leaves x {self.servers_per_leaf} servers x "
+            f"{self.gpus_per_server} GPUs (rails = {self.rails}, spines = {self.spines}: "
+            f"{self.gpus:,} GPUs, {self.links:,} links)",
+            "describe a smaller cluster: fewer leaves, servers_per_leaf, gpus_per_server, "
+            "rails or spines")
 
     @property
     def servers(self) -> int:

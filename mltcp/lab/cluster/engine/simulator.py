@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mltcp.core import validate
 from mltcp.core.errors import SpecError
 from mltcp.lab.cluster.engine.gpu_jobs import JobRequest, PlacedJob, engine_state
 from mltcp.lab.cluster.engine.leafspine import LeafSpine
@@ -120,9 +121,37 @@ def poisson_arrivals(n: int, jobs_per_hour: float, rng: random.Random,
     return out
 
 
+# Peak bytes per job of a run in flight (its request, queue entry, engine rows, records
+# and outcome), per job of each seed's job list, and per job of each finished run's
+# outcomes (what an experiment keeps for its report), measured on `mltcp cluster run`
+# and rounded up; the fabric's own share is LeafSpine.memory_bytes.
+JOB_BYTES = 2048
+REQUEST_BYTES = 256
+OUTCOME_BYTES = 640
+
+
+def memory_bytes(fabric: LeafSpine, jobs: int, seeds: int = 1, runs: int = 1) -> int:
+    """An experiment's memory: one run of ``jobs`` jobs in flight on ``fabric``, the job
+    lists of ``seeds`` seeds and the outcomes of ``runs`` finished runs."""
+    return fabric.memory_bytes + jobs * (JOB_BYTES + seeds * REQUEST_BYTES
+                                         + runs * OUTCOME_BYTES)
+
+
+def check_memory(fabric: LeafSpine, jobs: int, field: str, seeds: int = 1,
+                 runs: int = 1) -> None:
+    """Refuse an experiment whose :func:`memory_bytes` exceed the budget, before its job
+    lists are drawn: ``field`` names what sized it."""
+    validate.within_memory(
+        memory_bytes(fabric, jobs, seeds, runs), field,
+        f"{jobs:,} jobs x {runs} runs ({seeds} seeds) on {fabric.gpus:,} GPUs",
+        "run fewer jobs, or fewer seeds, schedulers or networks at once")
+
+
 def check_requests(fabric: LeafSpine, requests: Sequence[JobRequest]) -> None:
     """The simulator's rules for a job list: every job fits the cluster, every name is
-    its own (a one-line SpecError naming the job otherwise)."""
+    its own (a one-line SpecError naming the job otherwise), and a run of them fits the
+    memory budget."""
+    check_memory(fabric, len(requests), "jobs")
     too_big = [r.name for r in requests if r.gpus > fabric.gpus]
     if too_big:
         raise SpecError(f"jobs[{too_big[0]}].gpus", f"more than the cluster's {fabric.gpus}",

@@ -56,6 +56,7 @@ from mltcp.lab.cluster.arrivals import catalogue
 from mltcp.lab.cluster.arrivals import job_traces as traces
 from mltcp.lab.cluster.engine.gpu_jobs import JobRequest
 from mltcp.lab.cluster.engine.leafspine import LeafSpine
+from mltcp.lab.cluster.engine.simulator import check_memory
 from mltcp.lab.cluster.papers import setups
 from mltcp.lab.cluster.papers.figures import PaperSetup
 from mltcp.lab.common.tomlfile import example_names, read_toml
@@ -263,9 +264,26 @@ def _parse(data: Mapping[str, Any], base_dir: Path, default_name: str) -> Experi
     for i, scheme in enumerate(networks):
         _check_network(scheme, f"networks[{i}]", cluster, specs)
     seeds = _seeds(data.get("seeds", [0]))
+    _check_memory(cluster, jobs, len(seeds), len(seeds) * len(schedulers) * len(networks))
     f_steps = validate.integer(data.get("f_steps", 8), "f_steps", 0, 1_000_000, "8")
     return ExperimentConfig(name, cluster, jobs, schedulers, networks, seeds, f_steps,
                             description, specs)
+
+
+def _check_memory(cluster: LeafSpine, jobs: JobSource, seeds: int, runs: int) -> None:
+    """The experiment within the memory budget before any job list is drawn: each of
+    jobs.poisson.n (up to 10^7), the seeds and the schedulers x networks may be in range
+    while the runs' jobs together are not.  A paper's setup without ``first`` brings the
+    size its paper ran."""
+    if isinstance(jobs, PoissonJobs):
+        n, field_ = jobs.n, "jobs.poisson.n"
+    elif isinstance(jobs, TraceJobs):
+        n, field_ = len(jobs.jobs), "jobs.trace"
+    elif jobs.first is not None:
+        n, field_ = jobs.first, "jobs.setup.first"
+    else:
+        return
+    check_memory(cluster, n, f"{field_} x seeds x schedulers x networks", seeds, runs)
 
 
 def _table(value: object, path: str, allowed: tuple[str, ...], example: str
@@ -334,11 +352,16 @@ def _seeds(value: object) -> tuple[int, ...]:
     if not isinstance(value, list) or not value:
         raise SpecError("seeds", f"must be a non-empty list or a range (got {value!r})",
                         'use e.g. [0, 1, 2] or "0-4"')
-    seeds = tuple(validate.integer(v, f"seeds[{i}]", 0, 2**32 - 1, "0")
+    if len(value) > validate.MAX_SEEDS:
+        raise SpecError("seeds", f"lists {len(value)} seeds, over {validate.MAX_SEEDS}",
+                        f"give at most {validate.MAX_SEEDS} seeds")
+    seeds = tuple(validate.integer(v, f"seeds[{i}]", 0, validate.MAX_SEED, "0")
                   for i, v in enumerate(value))
+    seen: set[int] = set()
     for i, s in enumerate(seeds):
-        if s in seeds[:i]:
+        if s in seen:
             raise SpecError(f"seeds[{i}]", f"seed {s} is listed twice", "list each once")
+        seen.add(s)
     return seeds
 
 
@@ -390,7 +413,7 @@ def _poisson(value: object, field_: str, base_dir: Path, cluster: LeafSpine) -> 
                                "120", lo_open=True)
     seed = table.get("seed")
     if seed is not None:
-        seed = validate.integer(seed, f"{field_}.seed", 0, 2**32 - 1, "0")
+        seed = validate.integer(seed, f"{field_}.seed", 0, validate.MAX_SEED, "0")
     return PoissonJobs(n, rate, mix, seed, load)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from mltcp.core.errors import SpecError
+from mltcp.lab.scenario import footprint
 
 if TYPE_CHECKING:
     from mltcp.lab.scenario.plan import RunPlan
@@ -54,9 +55,16 @@ class Backend:
         """Raise :class:`~mltcp.core.errors.CapabilityError` (one line: what is missing
         and how to get it) unless this backend can run on this host."""
 
+    def link_sample_s(self) -> float | None:
+        """The period of the link samples this backend's traces carry (None: none): with
+        the run's length, what sizes a trace (:mod:`mltcp.lab.scenario.footprint`)."""
+        return None
+
     def check(self, plan: RunPlan) -> None:
         """Raise :class:`~mltcp.core.errors.SpecError` naming the field if this backend
-        cannot run ``plan`` (before anything is built or started)."""
+        cannot run ``plan`` (before anything is built or started), its trace's memory
+        beyond the budget included."""
+        footprint.check_run(plan, self.link_sample_s(), self.capabilities.batched)
         if not self.capabilities.phases:
             for job in plan.jobs:
                 if job.spec.phases is not None:

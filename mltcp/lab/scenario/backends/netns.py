@@ -25,6 +25,10 @@ class NetnsBackend(Backend):
 
         require_netns()
 
+    def link_sample_s(self) -> float | None:
+        from mltcp.lab.scenario.emulation.testbed import SAMPLE_S
+        return SAMPLE_S
+
     def run(self, plans: Sequence[RunPlan], progress: Progress | None = None,
             parallel: int = 1) -> Iterator[tuple[int, Trace]]:
         from mltcp.lab.scenario.emulation.testbed import run_plan

@@ -31,6 +31,10 @@ class Ns3Backend(Backend):
     def require(self) -> None:
         require_ns3()
 
+    def link_sample_s(self) -> float | None:
+        from mltcp.lab.scenario.ns3.sim import SAMPLE_S
+        return SAMPLE_S
+
     def run(self, plans: Sequence[RunPlan], progress: Progress | None = None,
             parallel: int = 1) -> Iterator[tuple[int, Trace]]:
         if parallel <= 1:

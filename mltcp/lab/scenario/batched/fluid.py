@@ -53,6 +53,7 @@ from mltcp.core import validate
 from mltcp.core.errors import SpecError
 from mltcp.lab.common.provenance import provenance
 from mltcp.lab.models import fluid_engine
+from mltcp.lab.scenario import footprint
 from mltcp.lab.scenario.batched.lanes import (
     Batch,
     Structure,
@@ -163,6 +164,8 @@ def simulate(batch: Batch, options: FluidOptions | None = None,
                                 "give every link on the jobs' paths a rate > 0")
             if status == fluid_engine.DONE:
                 live.remove(lane)
+        if record_links:
+            _check_samples(states, len(batch.link_ids), opt.sample_s)
         if progress is not None and live:
             progress(until)
         if time.monotonic() - began < 0.5:
@@ -178,6 +181,20 @@ def simulate(batch: Batch, options: FluidOptions | None = None,
         result.link_bins = [fluid_engine.finish_bins(st) for st in states]
         result.link_end = [st.t for st in states]
     return result
+
+
+def _check_samples(states: Sequence[fluid_engine.EngineState], links: int,
+                   sample_s: float) -> None:
+    """Each lane's link samples so far within the memory budget: a run was admitted on a
+    lower bound of its length (:mod:`mltcp.lab.scenario.footprint`), and one that
+    contention draws out far beyond it stops here, before its trace is built."""
+    t = max(st.t for st in states)
+    samples = int(t / sample_s) * links
+    validate.within_memory(
+        samples * footprint.SAMPLE_BYTES, "jobs.iterations",
+        f"a run past {t:,.0f} s of simulated time: {samples:,} link samples every "
+        f"{sample_s * 1e3:g} ms", "use fewer iterations or jobs, or less compute or fewer "
+        "bytes per iteration")
 
 
 # --------------------------------------------------------------------------- plans
