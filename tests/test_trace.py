@@ -166,6 +166,27 @@ def test_provenance_keys() -> None:
     json.dumps(p, allow_nan=False)
 
 
+def test_a_process_names_the_code_it_started_with(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A long run's results name the commit it started with: HEAD is read once per
+    process, so a commit (or an edit) made while it runs does not re-label them."""
+    checkout = {"--show-toplevel": str(provenance._REPO_DIR), "HEAD": "a" * 40, "status": ""}
+
+    def git(*args: str) -> str:
+        return checkout[args[-1] if args[0] == "rev-parse" else args[0]]
+
+    monkeypatch.setattr(provenance, "_git", git)
+    provenance.code_state.cache_clear()
+    try:
+        first = provenance.provenance()
+        checkout.update({"HEAD": "b" * 40, "status": " M mltcp/cli/__init__.py"})
+        later = provenance.provenance()
+    finally:
+        provenance.code_state.cache_clear()
+    assert (first["git_sha"], first["git_dirty"]) == ("a" * 40, False)
+    assert (later["git_sha"], later["git_dirty"]) == ("a" * 40, False)
+    assert later["time_utc"] >= first["time_utc"]
+
+
 def test_communication_phases_validate_and_round_trip() -> None:
     rec = IterationRecord(0, 0.0, 1.0, 4.0, 4.5, 100, phases=((1.0, 2.0), (3.0, 4.0)))
     assert rec.comm_duration == 2.0                      # the gap 2..3 is compute

@@ -95,10 +95,13 @@ def _command(args: argparse.Namespace) -> str:
 def _record_command_line(argv: Sequence[str] | None) -> None:
     """What the results' run-set manifests and provenance record as this invocation (the
     command as typed, also when ``main`` is called with an argument list).  Only for the
-    commands that write results (``records_results``): a host command loads no lab."""
-    from mltcp.lab.common import runset
+    commands that write results (``records_results``): a host command loads no lab.
+    The checkout's commit is read now too, so that results finished an hour later name
+    the code that ran, not what the checkout holds by then."""
+    from mltcp.lab.common import provenance, runset
 
     runset.COMMAND_LINE[:] = ["mltcp", *(sys.argv[1:] if argv is None else argv)]
+    provenance.code_state()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

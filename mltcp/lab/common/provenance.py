@@ -8,6 +8,7 @@ host that made it.
 from __future__ import annotations
 
 import datetime
+import functools
 import platform
 import socket
 import subprocess
@@ -51,6 +52,24 @@ def _used_versions() -> dict[str, str]:
     return out
 
 
+@functools.cache
+def code_state() -> tuple[str, bool]:
+    """The checkout's HEAD (``"unknown"`` outside a checkout) and whether its tracked
+    files had uncommitted changes, read once per process.
+
+    Why once: a result must name the code that made it, which is the code the process
+    loaded when it started.  A cluster experiment or a sweep runs for an hour; read at
+    its end, the checkout may hold commits (or edits) made meanwhile, which the running
+    process never ran.  So the commands that write results read it as they start
+    (``mltcp.cli``'s ``records_results``) and every provenance of the process repeats it.
+    """
+    top = _git("rev-parse", "--show-toplevel")
+    in_checkout = top is not None and Path(top).resolve() == _REPO_DIR
+    sha = _git("rev-parse", "HEAD") if in_checkout else None
+    status = _git("status", "--porcelain", "--untracked-files=no") if in_checkout else None
+    return sha or "unknown", bool(status)
+
+
 def provenance(extra: dict | None = None) -> dict:
     """Where a trace's numbers came from, so a surprising result can be traced to its build.
 
@@ -65,13 +84,10 @@ def provenance(extra: dict | None = None) -> dict:
     parsed it), ``time_utc`` (ISO 8601).  ``extra`` is merged last and wins, e.g. a
     remote host's kernel or an ns-3 version.
     """
-    top = _git("rev-parse", "--show-toplevel")
-    in_checkout = top is not None and Path(top).resolve() == _REPO_DIR
-    sha = _git("rev-parse", "HEAD") if in_checkout else None
-    status = _git("status", "--porcelain", "--untracked-files=no") if in_checkout else None
+    sha, dirty = code_state()
     info = {
-        "git_sha": sha or "unknown",
-        "git_dirty": bool(status),
+        "git_sha": sha,
+        "git_dirty": dirty,
         "kernel": platform.release(),
         "hostname": socket.gethostname(),
         "python": platform.python_version(),
