@@ -62,9 +62,13 @@ COUNTING = (("transformer", TRANSFORMER, 200), ("transformer-short", TRANSFORMER
             ("resnet18", RESNET, 200))
 
 
+DEFAULT_SLOPE = 4.0
+
+
 def scenario_text(part: str, iterations: int, seeds: list[int], model: str,
                   signal_a: bool, pad: float | None = None,
-                  bottleneck_mbit: int | None = None, queue_packets: int | None = None) -> str:
+                  bottleneck_mbit: int | None = None, queue_packets: int | None = None,
+                  slope: float = DEFAULT_SLOPE) -> str:
     pad = PADS_MS[part] if pad is None else pad
     rate = bottleneck_mbit or BOTTLENECK_MBIT.get(part, 1000)
     queue = queue_packets or QUEUE_PACKETS.get(part, 400)
@@ -86,7 +90,7 @@ workload = {{{model}, gpu_time_ms = {pad}{flag}}}
 name = "{s}"
 cc = "{s.removeprefix('mltcp-')}"
 mltcp = {str(s.startswith('mltcp')).lower()}
-{'slope = 4.0' if s.startswith('mltcp') else ''}
+{f'slope = {slope}' if s.startswith('mltcp') else ''}
 """ for s in SCHEMES)
     return f"""
 name = "ddp-{part}"
@@ -214,6 +218,8 @@ def main() -> int:
                          "net.ipv4.tcp_slow_start_after_idle=0; repeatable")
     ap.add_argument("--bottleneck-mbit", type=int, default=None,
                     help="the bottleneck's rate (default: 1000; contrast 200)")
+    ap.add_argument("--slope", type=float, default=DEFAULT_SLOPE,
+                    help=f"the MLTCP schemes' F slope (default {DEFAULT_SLOPE:g})")
     args = ap.parse_args()
     parts = [p for p in args.parts.split(",") if p]
     bad = [p for p in parts if p not in PARTS]
@@ -268,7 +274,7 @@ def main() -> int:
                 path.write_text(scenario_text(part, args.iterations, part_seeds,
                                               MODELS.get(part, TRANSFORMER), args.signal,
                                               args.pad_ms, args.bottleneck_mbit,
-                                              args.queue_packets))
+                                              args.queue_packets, args.slope))
                 print(f"== {part}: {schemes} x seeds {part_seeds} + dedicated",
                       file=sys.stderr, flush=True)
                 report = run_scenario(str(path), out / part, schemes=schemes, seeds=part_seeds,
