@@ -11,6 +11,7 @@ import pytest
 
 from mltcp.cli import build_parser, main
 from mltcp.lab.cluster.experiments import config
+from tests.interrupt import ctrl_c_when
 
 SMALL = Path(config.examples_dir().joinpath("small.toml"))
 
@@ -274,3 +275,45 @@ def test_interrupted_before_any_run_finished_writes_no_report(
     assert main(["cluster", "run", "small", "--out", str(tmp_path)]) == 130
     assert "after 0 of 4 runs: no report written" in capsys.readouterr().err
     assert not (tmp_path / "report.json").exists()
+
+
+LONG_TRACE = ("name,arrival_s,model,compute_s,gradient_bytes,gpus,iterations\n"
+              "j0,0,,0.2,100MB,6,1000000000\nj1,0,,0.2,100MB,6,1000000000\n")
+LONG_CONFIG = """name = "long"
+schedulers = ["fifo/random"]
+networks = ["{network}"]
+seeds = [0]
+f_steps = {f_steps}
+
+[cluster]
+leaves = 2
+servers_per_leaf = 2
+spines = 1
+gpus_per_server = 4
+server_gbit = 10
+oversubscription = 2
+
+[jobs]
+trace = "jobs.csv"
+"""
+
+
+@pytest.mark.parametrize("network, f_steps", [("fair", 8), ("mltcp", 1_000_000)])
+def test_ctrl_c_stops_a_run_of_hours_within_a_second(tmp_path: Path, network: str,
+                                                     f_steps: int) -> None:
+    # Two jobs of 10^9 iterations (and, with MLTCP, F in a million steps: an event at
+    # every step): the run takes hours, says so while it runs (simulated time against
+    # the least it can take, iterations, an ETA), and Ctrl-C ends it at once, the
+    # compiled engine returning to Python every ~0.1 s (5 s allowed: a busy machine).
+    (tmp_path / "jobs.csv").write_text(LONG_TRACE)
+    (tmp_path / "long.toml").write_text(LONG_CONFIG.format(network=network, f_steps=f_steps))
+    got = ctrl_c_when(["cluster", "run", "long.toml", "--out", "out"], tmp_path,
+                      "running, simulated")
+    progress = next(line for line in got.stderr.splitlines() if "running" in line)
+    assert progress.startswith(f"[1/1] fifo/random x {network}, seed 0: running, simulated ")
+    assert "(at least 2e+08 s in all)" in progress and "of 2000000000 iterations" in progress
+    assert " %), ETA " in progress
+    assert got.returncode == 130, got.stderr
+    assert got.latency_s < 5, got.latency_s
+    assert got.stderr.splitlines()[-1] == ("mltcp: interrupted (SIGINT) after 0 of 1 runs: "
+                                           "no report written")

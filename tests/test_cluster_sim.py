@@ -77,6 +77,40 @@ def test_a_run_split_at_scheduling_moments_equals_one_engine_run() -> None:
                                                            rel=1e-9)
 
 
+def test_a_run_in_slices_of_one_event_is_the_run_in_one_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The engine returns to Python every slice of events (so that Ctrl-C is handled
+    # during a long run): a simulation with one event per compiled call, preemption
+    # and arrivals among them, gives the same outcomes as one with unbounded calls.
+    reqs = [_req("big", 0.0, 16, iterations=40)] + [
+        _req(f"j{i}", 1.0 + 0.3 * i, 4 + 2 * (i % 3), iterations=6 + 2 * i) for i in range(5)]
+    results = []
+    for per_call in (1 << 62, 1):
+        monkeypatch.setattr(fluid_engine, "SLICE_EVENTS_MIN", per_call)
+        monkeypatch.setattr(fluid_engine, "SLICE_EVENTS_MAX", per_call)
+        results.append(_sim(reqs, "random+preempt", Aggressiveness(4.0, 1.0), seed=1,
+                            order="las").run())
+    whole, sliced = results
+    assert sum(j.preemptions for j in whole.jobs) > 0
+    assert sliced.jobs == whole.jobs
+    assert sliced.events == whole.events
+
+
+def test_a_watched_run_reports_its_progress_while_the_engine_runs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # What a long run's progress lines read: the simulated time and the iterations
+    # finished only grow, the floor is the latest job's arrival plus its compute alone.
+    monkeypatch.setattr(fluid_engine, "SLICE_EVENTS_MAX", 5)
+    reqs = [_req("a", 0.0, 8, iterations=30), _req("b", 2.0, 8, iterations=20)]
+    seen = []
+    _sim(reqs, "random", Aggressiveness(4.0, 1.0)).run(watch=lambda r: seen.append(r.progress()))
+    assert len(seen) > 10
+    assert all(p.iterations == 50 and p.makespan_floor_s == pytest.approx(4.0) for p in seen)
+    assert [p.t for p in seen] == sorted(p.t for p in seen)
+    done = [p.iterations_done for p in seen]
+    assert done == sorted(done) and 0 < done[-1] <= 50 and seen[-1].fraction == done[-1] / 50
+
+
 def test_poisson_arrivals_and_summary() -> None:
     rng = random.Random(0)
     reqs = poisson_arrivals(40, 360.0, rng, lambda i, t, r: _req(

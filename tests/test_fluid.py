@@ -5,6 +5,8 @@ jobs overlapped, MLTCP slides them apart, an incompatible pair cannot interleave
 from __future__ import annotations
 
 import dataclasses
+from importlib import resources
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +20,7 @@ from mltcp.lab.scenario.graph import graph_for, ring_link_ids
 from mltcp.lab.scenario.plan import compute_jitter_ms, placement, resolve
 from mltcp.lab.scenario.runner import run_one, traces_of
 from mltcp.lab.scenario.spec import Scheme, load_scenario
+from tests.interrupt import ctrl_c_when
 
 
 def run_fluid(scenario, scheme, seed, only_job=None):  # type: ignore[no-untyped-def]
@@ -262,3 +265,18 @@ def test_under_noise_mltcp_holds_the_interleaving_that_cassini_only_sets() -> No
             for k in (0, 5)]
     cassini, mltcp = late
     assert mltcp < 0.15 and cassini > mltcp + 0.2, late
+
+
+def test_ctrl_c_stops_a_long_fluid_run_within_a_second(tmp_path: Path) -> None:
+    # Every scheme and seed of a pair for 10,000 iterations: minutes of the fluid model,
+    # which says how far it is (and an ETA) and unwinds at Ctrl-C at once (the compiled
+    # engine returns to Python every ~0.1 s; 5 s allowed: a busy machine).
+    text = resources.files("mltcp.lab.scenario").joinpath(
+        "examples", "compatible-pair.toml").read_text()
+    (tmp_path / "long.toml").write_text(text.replace("iterations = 40", "iterations = 10000"))
+    got = ctrl_c_when(["run", "long.toml", "--backend", "fluid", "--out", "out"], tmp_path,
+                      "fluid model: ")
+    assert " s simulated (of ~1200.0 s), ETA " in got.stderr
+    assert got.returncode == 130, got.stderr
+    assert got.latency_s < 5, got.latency_s
+    assert got.stderr.splitlines()[-1] == "mltcp: interrupted (SIGINT)"

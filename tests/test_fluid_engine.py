@@ -218,6 +218,55 @@ def test_slices_do_not_change_the_result() -> None:
                                fluid_engine.finish_bins(whole)[:, :200], rtol=1e-12)
 
 
+def _slices_of(monkeypatch: pytest.MonkeyPatch, events: int) -> None:
+    """Every compiled call processes at most ``events`` events, whatever its pace."""
+    monkeypatch.setattr(fluid_engine, "SLICE_EVENTS_MIN", events)
+    monkeypatch.setattr(fluid_engine, "SLICE_EVENTS_MAX", events)
+
+
+@pytest.mark.parametrize("events", [1, 7])
+def test_event_slices_do_not_change_the_result(monkeypatch: pytest.MonkeyPatch,
+                                               events: int) -> None:
+    # A call returns to Python every slice of events (so that signals are handled);
+    # where it stops must not show: one event a call gives what one call for the whole
+    # run gives, bit for bit, link samples included.
+    sc = load_scenario("three-jobs")
+    batch, _ = build_batch([resolve(sc, sc.scheme("mltcp-cubic"), 0)])
+    runs = []
+    for per_call in (1 << 62, events):
+        _slices_of(monkeypatch, per_call)
+        st = fluid.lane_state(batch, 0, fluid.FluidOptions(), record_links=True)
+        assert fluid_engine.advance_until(st, np.inf, 10**7) == fluid_engine.DONE
+        runs.append(st)
+    whole, sliced = runs
+    assert sliced.events == whole.events
+    for rec in ("start", "comm_start", "comm_end", "end", "phase_start", "phase_end"):
+        np.testing.assert_array_equal(getattr(sliced, rec), getattr(whole, rec))
+    n = int(whole.t / whole.params[4]) + 1
+    np.testing.assert_array_equal(fluid_engine.finish_bins(sliced)[:, :n],
+                                  fluid_engine.finish_bins(whole)[:, :n])
+
+
+def test_a_slice_of_events_stops_short_of_the_runs_event_limit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The run's budget (max_events) is still the error it was when slices are small.
+    _slices_of(monkeypatch, 3)
+    st, _ = _random_state(0, n_jobs=4, n_links=6, slope=4.0)
+    assert fluid_engine.advance_until(st, np.inf, 10) == fluid_engine.TOO_MANY_EVENTS
+    assert st.events == 10
+
+
+def test_a_slice_takes_about_a_tenth_of_a_second() -> None:
+    # The next slice: what would have taken SLICE_S at this pace, at most doubled, never
+    # grown by a call that stopped early (at its horizon) and tells little of the pace.
+    lo = fluid_engine.SLICE_EVENTS_MIN
+    assert fluid_engine.next_slice(1000, 1000, 0.001) == 2000
+    assert fluid_engine.next_slice(1000, 1000, 1.0) == max(lo, 100)
+    assert fluid_engine.next_slice(1000, 10, 0.00001) == 1000
+    assert fluid_engine.next_slice(1000, 10, 1.0) == lo
+    assert fluid_engine.next_slice(1000, 0, 0.0) == 1000
+
+
 def test_link_bins_hold_the_integral_of_the_rate() -> None:
     # One job alone: 1 MB at 1 MB/s after 0.1 s of compute, three iterations (1.1 s each);
     # 10 ms bins: 10 empty, 100 full (10 kB each), then the next iteration.

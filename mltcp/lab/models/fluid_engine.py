@@ -74,7 +74,11 @@ cluster bench's random placement, against about 22 now.  A rebuilt state
 
 All state lives in numpy arrays (:class:`EngineState`) so that a run can be advanced
 in slices of simulated time (:func:`advance_until`): progress reports between slices,
-and the cluster simulator adds and removes jobs between them.
+and the cluster simulator adds and removes jobs between them.  Within a call, the
+compiled loop is entered for a slice of events at a time, sized to return to Python
+about every :data:`SLICE_S` of wall time, so that Ctrl-C and the teardown signals
+(:mod:`mltcp.core.signals`) are handled during a run of hours; the slices do not
+change the results (a call stops before an event, with all its state in the arrays).
 """
 
 from __future__ import annotations
@@ -82,6 +86,8 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -178,6 +184,14 @@ _NEAR = 1e-9          # a link this close to its capacity has its load summed ag
 _MAX_ROUNDS = 32      # growth rounds of a region before its whole component is solved
 _SCAN_LINKS = 96      # max-min finds the next link to fill by a scan up to this many links
 
+# Responsiveness: one compiled call processes at most a slice of events, sized so that it
+# returns to Python about every SLICE_S of wall time (Python's signal handlers, Ctrl-C
+# among them, run only between calls).  The slice starts small, at most doubles a call
+# and shrinks at once; where a call stops changes nothing in the results (a call stops
+# before an event, with all its state in the arrays).  Tests shrink SLICE_EVENTS_MAX.
+SLICE_S = 0.1
+SLICE_EVENTS_MIN, SLICE_EVENTS_MAX = 64, 1 << 22
+
 
 # --------------------------------------------------------------------------- state
 
@@ -247,6 +261,8 @@ class EngineState:
     lkey: np.ndarray              # (K,) a link's fill level
     lcount: np.ndarray            # (1,) int64
     okey: np.ndarray              # (K,) max-min's levels of the links still open (scan)
+    # responsiveness
+    slice_events: int = SLICE_EVENTS_MIN  # events one compiled call may process
 
     @property
     def t(self) -> float:
@@ -433,37 +449,76 @@ def _link_heap(n_links: int) -> dict[str, np.ndarray]:
             "lcount": np.zeros(1, dtype=np.int64), "okey": np.zeros(n_links)}
 
 
-def advance_until(st: EngineState, t_stop: float, max_events: int) -> int:
+def advance_until(st: EngineState, t_stop: float, max_events: int,
+                  on_slice: Callable[[], None] | None = None) -> int:
     """Process every event up to ``t_stop`` (simulated seconds): DONE when no job has
     anything left, RUNNING when the next event lies beyond ``t_stop``, STUCK when flows
     with bytes left get no capacity, TOO_MANY_EVENTS past ``max_events``, JOB_DONE after
-    a job's last iteration where the state was made with ``stop_on_job_done``."""
-    sample_s = st.params[4]
+    a job's last iteration where the state was made with ``stop_on_job_done``.
+
+    The compiled loop is entered once per slice of events (:data:`SLICE_S`), so a long
+    call still lets Python handle signals several times a second; ``on_slice`` is
+    called after each (a caller's progress report: it may read, not change, ``st``)."""
     while True:
-        horizon = t_stop
-        nxt = _next_key(st)
-        if sample_s > 0 and math.isfinite(nxt):
-            # Samples are flushed at event times: the bins must reach every event this
-            # call processes.  Grown (doubling) to reach at least the next one; the
-            # compiled loop stops where they end, and goes on once they are grown.
-            have = st.bins.shape[1]
-            need = int(min(t_stop, nxt) / sample_s) + 3
-            if need > have:
-                grown = np.zeros((st.bins.shape[0], max(need, 2 * have, 64)))
-                grown[:, :have] = st.bins
-                st.bins = grown
-            horizon = min(t_stop, (st.bins.shape[1] - 2) * sample_s)
-        status = _advance(
-            st.flow_job, st.fi, st.flow_links, st.li, st.link_flows, st.job_ptr, st.lv,
-            st.fv, st.weight, st.phase_fraction, st.phase_compute, st.iterations, st.jitter,
-            st.params, st.start, st.comm_start, st.comm_end, st.end, st.phase_start,
-            st.phase_end, st.clock, st.counters, st.running, st.it, st.phase,
-            st.communicating, st.busy, st.heap, st.heap_pos, st.heap_key, st.link_rate,
-            st.link_tlast, st.bins, st.bprev, st.refresh, st.seen, st.queue, st.comp,
-            st.kept, st.jobs_todo, st.blinks, st.near, st.lheap, st.lpos, st.lkey, st.lcount,
-            st.okey, float(horizon), int(max_events))
+        horizon = _grow_bins(st, t_stop)
+        budget = min(max_events, st.events + min(st.slice_events, SLICE_EVENTS_MAX))
+        status = _advance_slice(st, horizon, budget)
+        if on_slice is not None:
+            on_slice()
+        if status == TOO_MANY_EVENTS and budget < max_events:
+            continue                      # the slice ended, not the run's budget
         if status != RUNNING or horizon >= t_stop:
             return status
+
+
+def _grow_bins(st: EngineState, t_stop: float) -> float:
+    """How far the next compiled call may go: ``t_stop``, or, where links are sampled,
+    as far as the bins reach.  Samples are flushed at event times: the bins must reach
+    every event a call processes.  Grown (doubling) to reach at least the next one; the
+    compiled loop stops where they end, and goes on once they are grown."""
+    sample_s = st.params[4]
+    nxt = _next_key(st)
+    if not (sample_s > 0 and math.isfinite(nxt)):
+        return t_stop
+    have = st.bins.shape[1]
+    need = int(min(t_stop, nxt) / sample_s) + 3
+    if need > have:
+        grown = np.zeros((st.bins.shape[0], max(need, 2 * have, 64)))
+        grown[:, :have] = st.bins
+        st.bins = grown
+    return min(t_stop, (st.bins.shape[1] - 2) * sample_s)
+
+
+def _advance_slice(st: EngineState, horizon: float, budget: int) -> int:
+    """One compiled call (events up to ``horizon``, at most ``budget`` events in all),
+    timed to size the next slice so that each call takes about :data:`SLICE_S`."""
+    before, began = st.events, time.monotonic()
+    status = _advance(
+        st.flow_job, st.fi, st.flow_links, st.li, st.link_flows, st.job_ptr, st.lv,
+        st.fv, st.weight, st.phase_fraction, st.phase_compute, st.iterations, st.jitter,
+        st.params, st.start, st.comm_start, st.comm_end, st.end, st.phase_start,
+        st.phase_end, st.clock, st.counters, st.running, st.it, st.phase,
+        st.communicating, st.busy, st.heap, st.heap_pos, st.heap_key, st.link_rate,
+        st.link_tlast, st.bins, st.bprev, st.refresh, st.seen, st.queue, st.comp,
+        st.kept, st.jobs_todo, st.blinks, st.near, st.lheap, st.lpos, st.lkey, st.lcount,
+        st.okey, float(horizon), int(budget))
+    st.slice_events = next_slice(st.slice_events, st.events - before,
+                                 time.monotonic() - began)
+    return status
+
+
+def next_slice(current: int, events: int, elapsed_s: float) -> int:
+    """The next slice's events: what would have taken :data:`SLICE_S` at this call's
+    pace, at most twice ``current`` (a fast call may be a cheap stretch), within
+    [SLICE_EVENTS_MIN, SLICE_EVENTS_MAX].  A call that used less than its slice stopped
+    for another reason and says little about pace: the slice stays unless it was slow."""
+    if events <= 0:
+        paced = current
+    else:
+        paced = int(events * SLICE_S / elapsed_s) if elapsed_s > 0 else 2 * current
+        if events < current:
+            paced = min(paced, current)
+    return min(max(SLICE_EVENTS_MIN, min(paced, 2 * current)), SLICE_EVENTS_MAX)
 
 
 def set_event(st: EngineState, item: int, t: float) -> None:

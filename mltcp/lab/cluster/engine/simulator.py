@@ -39,8 +39,24 @@ from mltcp.lab.models import fluid_engine
 # simulator reads a job's latest iteration time and its last iteration's end.
 RECORDS = 2
 
-__all__ = ["ClusterResult", "ClusterSim", "JobOutcome", "JobRequest", "check_requests",
-           "poisson_arrivals"]
+__all__ = ["ClusterResult", "ClusterSim", "JobOutcome", "JobRequest", "RunProgress",
+           "check_requests", "poisson_arrivals"]
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """How far a run has got, for progress lines during a long one: the simulated time,
+    the iterations finished of all its jobs' iterations, and the makespan no run of
+    these jobs can beat (each job's arrival plus its iterations' compute alone)."""
+
+    t: float
+    iterations_done: int
+    iterations: int
+    makespan_floor_s: float
+
+    @property
+    def fraction(self) -> float:
+        return self.iterations_done / self.iterations if self.iterations else 1.0
 
 
 @dataclass(frozen=True)
@@ -194,14 +210,19 @@ class ClusterSim:
         self.rng = random.Random(seed)
         self.seed, self.f_steps = seed, f_steps
 
-    def run(self, max_events: int = 10**9) -> ClusterResult:
+    def run(self, max_events: int = 10**9,
+            watch: Callable[[Run], None] | None = None) -> ClusterResult:
         """The run to its end.  A scheduler with a ``simulate(fabric, requests, network,
         seed)`` of its own models the cluster its own way and runs it there (Ada-SRSF's
-        time-shared GPUs: :mod:`mltcp.lab.cluster.papers.ada_srsf.timeshare`)."""
+        time-shared GPUs: :mod:`mltcp.lab.cluster.papers.ada_srsf.timeshare`).
+        ``watch`` is called with the run several times a second of wall time while the
+        engine runs (a long run's progress lines)."""
         own = getattr(self.scheduler, "simulate", None)
         if own is not None:
             return own(self.fabric, self.requests, self.network, self.seed)
-        return self.start().run(max_events)
+        run = self.start()
+        run.watch = watch
+        return run.run(max_events)
 
     def start(self) -> Run:
         """A run at time 0, to be stepped by a caller that decides itself (the RL
@@ -223,6 +244,21 @@ class Run:
         self.outcomes: list[JobOutcome] = []
         self.st: fluid_engine.EngineState | None = None
         self.t, self.events = 0.0, 0
+        self.watch: Callable[[Run], None] | None = None
+
+    def progress(self) -> RunProgress:
+        """How far the run has got (:class:`RunProgress`), at the engine's clock."""
+        done = sum(o.iterations for o in self.outcomes) + sum(q.done for q in self.queue)
+        for i, seg in enumerate(self.segments):
+            done += seg.done_before + fluid_engine.iterations_done(self.st, i)
+        reqs = self.sim.requests
+        floor = max((r.arrival_s + r.iterations * r.compute_s for r in reqs), default=0.0)
+        t = self.st.t if self.st is not None and self.segments else self.t
+        return RunProgress(max(t, self.t), done, sum(r.iterations for r in reqs), floor)
+
+    def _watched(self) -> None:
+        if self.watch is not None:
+            self.watch(self)
 
     # -- what the scheduler sees
 
@@ -364,7 +400,8 @@ class Run:
         if not self.segments:
             self.t = max(self.t, moment)
             return
-        status = fluid_engine.advance_until(self.st, moment, max_events - self.events)
+        status = fluid_engine.advance_until(self.st, moment, max_events - self.events,
+                                            self._watched if self.watch else None)
         if status == fluid_engine.STUCK:
             raise SpecError("cluster", "flows with bytes left get no capacity",
                             "give every link a rate > 0")

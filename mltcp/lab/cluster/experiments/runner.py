@@ -7,7 +7,8 @@ in their scheduler or network scheme.  Runs go one after the other in this proce
 processes, or a running Dask cluster at ``dask_address``
 (:func:`mltcp.lab.common.distributed.dask_client`, as the sweeps).  Every finished run
 prints a progress line; the results come back in the config's order whatever order
-they finished in.
+they finished in.  A run here that takes long prints lines while it goes on too
+(:class:`RunWatch`: simulated time, iterations done, the time left).
 
 An interrupted experiment (Ctrl-C, or SIGTERM/SIGHUP where the CLI turns them into the
 same unwinding: :mod:`mltcp.core.signals`) keeps the runs that finished: :func:`execute`
@@ -19,6 +20,7 @@ A rerun of the same config runs every run again (there is no resuming).
 
 from __future__ import annotations
 
+import math
 import signal
 import sys
 import time
@@ -31,11 +33,18 @@ from mltcp.core import signals
 from mltcp.core.errors import MltcpError, SpecError
 from mltcp.lab.cluster.engine.gpu_jobs import JobRequest
 from mltcp.lab.cluster.engine.leafspine import LeafSpine
-from mltcp.lab.cluster.engine.simulator import ClusterResult, ClusterSim, check_requests
+from mltcp.lab.cluster.engine.simulator import (
+    ClusterResult,
+    ClusterSim,
+    Run,
+    RunProgress,
+    check_requests,
+)
 from mltcp.lab.cluster.experiments.config import ExperimentConfig
 from mltcp.lab.cluster.experiments.registry import SchedulerSpec, network, parse_scheduler
 from mltcp.lab.common import runset
 from mltcp.lab.common.distributed import dask_client
+from mltcp.lab.common.eta import eta_text
 
 BACKEND = "cluster-sim"         # what runs a cluster experiment, in its run set
 
@@ -141,19 +150,21 @@ def scheduler_specs(cfg: ExperimentConfig) -> dict[str, SchedulerSpec]:
 
 
 def simulate(cluster: LeafSpine, jobs: Sequence[JobRequest], key: RunKey,
-             f_steps: int = 8, scheduler: SchedulerSpec | None = None) -> ClusterResult:
+             f_steps: int = 8, scheduler: SchedulerSpec | None = None,
+             watch: Callable[[Run], None] | None = None) -> ClusterResult:
     """One run (what a Dask task calls): its scheduler built from ``scheduler``, the
-    spec parsed already, or else from ``key``'s."""
+    spec parsed already, or else from ``key``'s; ``watch`` sees it while it runs."""
     spec = scheduler or parse_scheduler(key.scheduler, cluster)
     sim = ClusterSim(cluster, jobs, spec.build(), network(key.network, cluster), key.seed,
                      f_steps)
-    return sim.run()
+    return sim.run(watch=watch)
 
 
 def _task(cluster: LeafSpine, jobs: Sequence[JobRequest], key: RunKey,
-          f_steps: int, scheduler: SchedulerSpec | None = None) -> ClusterResult | _Failure:
+          f_steps: int, scheduler: SchedulerSpec | None = None,
+          watch: Callable[[Run], None] | None = None) -> ClusterResult | _Failure:
     try:
-        return simulate(cluster, jobs, key, f_steps, scheduler)
+        return simulate(cluster, jobs, key, f_steps, scheduler, watch)
     except SpecError as err:
         return _Failure(err.field, err.problem, err.fix)
     except MltcpError as err:
@@ -175,6 +186,38 @@ def progress_line(done: int, total: int, key: RunKey, result: ClusterResult,
     print(f"[{done}/{total}] {key.label}: {len(result.jobs)} jobs, JCT mean "
           f"{jct['mean']:.1f} s, p99 {jct['p99']:.1f} s, makespan {result.makespan_s:.1f} s "
           f"({elapsed_s:.0f} s)", file=sys.stderr, flush=True)
+
+
+def in_run_line(label: str, p: RunProgress, elapsed_s: float) -> str:
+    """A line during a long run: simulated time against the least the run can take,
+    the iterations finished, and the time left at the pace so far."""
+    return (f"{label}: running, simulated {p.t:.0f} s (at least {p.makespan_floor_s:.3g} s "
+            f"in all), {p.iterations_done} of {p.iterations} iterations "
+            f"({100 * p.fraction:.3g} %), {eta_text(elapsed_s, p.fraction)}")
+
+
+class RunWatch:
+    """Progress lines on stderr while one run goes on: a run that takes minutes or days
+    (a trace of long jobs, a fine F) says how far it is and when it should end.  The
+    clock starts when the engine first reports (loading the compiled engine is no
+    pace); the first line FIRST_S later (a short run prints none), then one every
+    EVERY_S."""
+
+    FIRST_S, EVERY_S = 5.0, 10.0
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.began = self.due = math.inf
+
+    def __call__(self, run: Run) -> None:
+        now = time.monotonic()
+        if self.began == math.inf:
+            self.began, self.due = now, now + self.FIRST_S
+        if now < self.due:
+            return
+        self.due = now + self.EVERY_S
+        print(in_run_line(self.label, run.progress(), now - self.began), file=sys.stderr,
+              flush=True)
 
 
 def runset_of(cfg: ExperimentConfig) -> runset.RunSet:
@@ -229,8 +272,9 @@ def _here(cfg: ExperimentConfig, keys: list[RunKey], jobs: dict[int, list[JobReq
     finishes (what an interruption keeps)."""
     specs = scheduler_specs(cfg)
     for done, key in enumerate(keys, 1):
+        watch = RunWatch(f"[{done}/{len(keys)}] {key.label}") if progress else None
         results[key] = _unwrap(key, _task(cfg.cluster, jobs[key.seed], key, cfg.f_steps,
-                                          specs[key.scheduler]))
+                                          specs[key.scheduler], watch))
         if progress:
             progress(done, len(keys), key, results[key], time.monotonic() - started)
 

@@ -11,11 +11,13 @@ benchmarks talk to backends only through this contract and the registry.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from mltcp.core.errors import SpecError
+from mltcp.lab.common.eta import eta_text
 from mltcp.lab.scenario import footprint
 
 if TYPE_CHECKING:
@@ -84,12 +86,15 @@ class Backend:
 def simulated_progress(model: str, plans: Sequence[RunPlan],
                        progress: Progress | None) -> Callable[[float], None]:
     """A model's progress callback (simulated seconds reached by all its lanes) turned
-    into the runner's progress lines."""
+    into the runner's progress lines, with the time left at the pace so far (a batch
+    of long runs takes minutes)."""
     say = progress or (lambda _msg: None)
     horizon = max((p.nominal_duration_s for p in plans), default=0.0)
+    began = time.monotonic()
 
     def advanced(simulated_s: float) -> None:
+        fraction = simulated_s / horizon if horizon > 0 else 0.0
         say(f"{model} model: {len(plans)} runs at {simulated_s:.2f} s simulated "
-            f"(of ~{horizon:.1f} s)")
+            f"(of ~{horizon:.1f} s), {eta_text(time.monotonic() - began, fraction)}")
 
     return advanced
