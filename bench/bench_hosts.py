@@ -1,6 +1,7 @@
 """Real PyTorch DDP training under MLTCP: the hosts backend on namespace hosts.
 
-A dumbbell fabric (four hosts, a 1 Gbit/s bottleneck marking ECN) whose hosts each run
+A dumbbell fabric (four hosts, a 1 Gbit/s drop-tail bottleneck: no ECN marks, since the
+markers of the netns backend are not attached here) whose hosts each run
 Debian's sshd; the hosts backend reaches them over real SSH exactly as it reaches remote
 machines, and runs two DDP jobs (gloo, two ranks each, one rank per host) through the
 bottleneck: the bundled workload's transformer, sized so that a CPU host plays a GPU
@@ -49,7 +50,7 @@ TRANSFORMER = ('model = "transformer", batch = 2, d_model = 256, layers = 2, hea
 RESNET = 'model = "resnet18", batch = 2, image_size = 32'
 PADS_MS = {"compatible": 260, "tight": 170, "incompatible": 60, "contrast": 330}
 BOTTLENECK_MBIT = {"contrast": 200}     # the others: 1 Gbit/s
-QUEUE_PACKETS = {"contrast": 32}          # the others: 400 packets, ECN marks above 100 KB
+QUEUE_PACKETS = {"contrast": 32}          # the others: 400 packets (drop-tail, no marks)
 # The contrast: where fair sharing keeps two compatible jobs in lock-step on this
 # emulation (issue 23): a quarter of the gradients (5.6 MB, ~225 ms at 200 Mbit/s), so
 # the CPUs do a fifth of the copying per second and the compute pad (a sleep) dominates.
@@ -72,7 +73,6 @@ def scenario_text(part: str, iterations: int, seeds: list[int], model: str,
     pad = PADS_MS[part] if pad is None else pad
     rate = bottleneck_mbit or BOTTLENECK_MBIT.get(part, 1000)
     queue = queue_packets or QUEUE_PACKETS.get(part, 400)
-    ecn = min(100_000, queue * 1500 * 2 // 3)
     jobs = []
     for name, signal in (("a", signal_a), ("b", False)):
         flag = ", signal = true" if signal else ""
@@ -94,7 +94,7 @@ mltcp = {str(s.startswith('mltcp')).lower()}
 """ for s in SCHEMES)
     return f"""
 name = "ddp-{part}"
-description = "Two DDP jobs (gloo, 2 ranks each) through a {rate} Mbit/s ECN bottleneck: {part}."
+description = "Two DDP jobs (gloo, 2 ranks each), {rate} Mbit/s drop-tail bottleneck: {part}."
 seeds = {seeds}
 
 [topology]
@@ -102,7 +102,6 @@ kind = "dumbbell"
 bottleneck_mbit = {rate}
 host_link_mbit = 10000
 queue_packets = {queue}
-ecn_threshold_bytes = {ecn}
 hosts = 4
 {''.join(jobs)}{schemes}"""
 
@@ -211,8 +210,8 @@ def main() -> int:
                     help="the compute pad of the compatible/tight/incompatible/contrast parts "
                          "(default: each part's)")
     ap.add_argument("--queue-packets", type=int, default=None,
-                    help="the bottleneck's queue (default 400; ECN marks above 2/3 of it, "
-                         "at most 100 KB)")
+                    help="the bottleneck's drop-tail queue in packets (default 400; the "
+                         "hosts bench marks no ECN)")
     ap.add_argument("--sysctl", action="append", default=[], metavar="KEY=VALUE",
                     help="set on every host (namespace) before the runs, e.g. "
                          "net.ipv4.tcp_slow_start_after_idle=0; repeatable")
