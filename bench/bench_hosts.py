@@ -30,12 +30,15 @@ datapath or the namespaces meanwhile.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
-from mltcp.lab.scenario.emulation import fabric, sshd
+from mltcp.host import datapath
+from mltcp.lab.scenario.emulation import fabric, sshd, testbed
 from mltcp.lab.scenario.plan import idle_gap_ms
 from mltcp.lab.scenario.runner import run_scenario
 from mltcp.lab.scenario.spec import load_scenario
@@ -69,7 +72,7 @@ DEFAULT_SLOPE = 4.0
 def scenario_text(part: str, iterations: int, seeds: list[int], model: str,
                   signal_a: bool, pad: float | None = None,
                   bottleneck_mbit: int | None = None, queue_packets: int | None = None,
-                  slope: float = DEFAULT_SLOPE) -> str:
+                  slope: float = DEFAULT_SLOPE, ecn_bytes: int | None = None) -> str:
     pad = PADS_MS[part] if pad is None else pad
     rate = bottleneck_mbit or BOTTLENECK_MBIT.get(part, 1000)
     queue = queue_packets or QUEUE_PACKETS.get(part, 400)
@@ -92,9 +95,10 @@ cc = "{s.removeprefix('mltcp-')}"
 mltcp = {str(s.startswith('mltcp')).lower()}
 {f'slope = {slope}' if s.startswith('mltcp') else ''}
 """ for s in SCHEMES)
+    kind = f"ECN-marking (above {ecn_bytes} B)" if ecn_bytes else "drop-tail"
     return f"""
 name = "ddp-{part}"
-description = "Two DDP jobs (gloo, 2 ranks each), {rate} Mbit/s drop-tail bottleneck: {part}."
+description = "Two DDP jobs (gloo, 2 ranks each), {rate} Mbit/s {kind} bottleneck: {part}."
 seeds = {seeds}
 
 [topology]
@@ -102,8 +106,25 @@ kind = "dumbbell"
 bottleneck_mbit = {rate}
 host_link_mbit = 10000
 queue_packets = {queue}
+{f"ecn_threshold_bytes = {ecn_bytes}" if ecn_bytes else ""}
 hosts = 4
 {''.join(jobs)}{schemes}"""
+
+
+@contextlib.contextmanager
+def ecn_markers(net: fabric.Fabric, k_bytes: int | None) -> Iterator[testbed.Markers]:
+    """The bottleneck's ECN markers while the bench runs (none without ``k_bytes``): the
+    hosts bench builds its own fabric, so it attaches what the netns backend would."""
+    markers = testbed.attach_markers(net, k_bytes) if k_bytes else {}
+    try:
+        yield markers
+    finally:
+        if markers:
+            counts = testbed.marker_counts(markers)
+            print(f"ECN: {sum(counts.values())} CE marks "
+                  f"({', '.join(f'{n}/{d} {c}' for (n, d), c in counts.items())})",
+                  file=sys.stderr, flush=True)
+            datapath.forget_markers(list(markers.values()))
 
 
 def counting_rows(out: Path, workload: str, gap_ms: float) -> list[dict]:
@@ -217,6 +238,9 @@ def main() -> int:
                          "net.ipv4.tcp_slow_start_after_idle=0; repeatable")
     ap.add_argument("--bottleneck-mbit", type=int, default=None,
                     help="the bottleneck's rate (default: 1000; contrast 200)")
+    ap.add_argument("--ecn-bytes", type=int, default=None,
+                    help="mark ECN (CE) on the bottleneck above this many queued bytes, "
+                         "1500..2^30 (default: none, a drop-tail queue)")
     ap.add_argument("--slope", type=float, default=DEFAULT_SLOPE,
                     help=f"the MLTCP schemes' F slope (default {DEFAULT_SLOPE:g})")
     args = ap.parse_args()
@@ -244,7 +268,8 @@ def main() -> int:
         topo = load_scenario(str(first)).topology
         with (fabric.for_topology(topo) as net,
               sshd.SshdLab(net, work / "sshd", tuple(topo.host_names()),
-                           python=sys.executable) as lab):
+                           python=sys.executable) as lab,
+              ecn_markers(net, args.ecn_bytes)):
             inventory = work / "inventory.toml"
             inventory.write_text(lab.inventory_toml())
             for setting in args.sysctl:
@@ -273,7 +298,8 @@ def main() -> int:
                 path.write_text(scenario_text(part, args.iterations, part_seeds,
                                               MODELS.get(part, TRANSFORMER), args.signal,
                                               args.pad_ms, args.bottleneck_mbit,
-                                              args.queue_packets, args.slope))
+                                              args.queue_packets, args.slope,
+                                              args.ecn_bytes))
                 print(f"== {part}: {schemes} x seeds {part_seeds} + dedicated",
                       file=sys.stderr, flush=True)
                 report = run_scenario(str(path), out / part, schemes=schemes, seeds=part_seeds,

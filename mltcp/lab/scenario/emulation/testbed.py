@@ -91,7 +91,7 @@ class _LinkSampler(threading.Thread):
         now = time.monotonic()
         stats = {node: self.fab.qdisc_stats(node)
                  for node in {p.node for p in self.ports.values()}}
-        marks = _marker_counts(self.markers)
+        marks = marker_counts(self.markers)
         for key, port in self.ports.items():
             st = stats[port.node].get(port.dev)
             sent = st.bytes if st else 0
@@ -113,7 +113,8 @@ class _LinkSampler(threading.Thread):
                 return
 
 
-def _marker_counts(markers: Markers) -> dict[tuple[str, str], int]:
+def marker_counts(markers: Markers) -> dict[tuple[str, str], int]:
+    """CE marks each marker has set so far, by (node, device)."""
     if not markers or not maps.pin_path("mltcp_markers").exists():
         return {}
     with maps.PinnedMap("mltcp_markers") as mm:
@@ -146,7 +147,7 @@ def run_plan(plan: RunPlan, progress: Progress | None = None,
                 we_loaded = datapath.load([module]).loaded
         with for_topology(plan.topology, graph=plan.graph, owner=owner) as fab:
             if plan.ecn_threshold_bytes is not None:
-                markers = _attach_markers(fab, plan.ecn_threshold_bytes)
+                markers = attach_markers(fab, plan.ecn_threshold_bytes)
             t0 = time.monotonic() + SETUP_S
             specs = []
             for job in plan.active_jobs:
@@ -222,7 +223,10 @@ def _teardown(attached: list[str], markers: Markers, we_loaded: list[str],
     owner.close()
 
 
-def _attach_markers(fab: Fabric, k_bytes: int) -> Markers:
+def attach_markers(fab: Fabric, k_bytes: int) -> Markers:
+    """An ECN marker (CE above ``k_bytes`` queued) on every shaped port of ``fab``: what
+    a run whose scenario sets ``ecn_threshold_bytes`` needs, and what a caller that
+    builds its own fabric (the hosts bench) attaches itself.  All or none."""
     markers: Markers = {}
     ports: list[Port] = [p for _lid, p in fab.shaped_ports()]
     try:
