@@ -1,9 +1,9 @@
 """The ns-3 backend: the C++ tracker against the Python reference, F == 1 against ns-3's
 own classes, MLTCP's unfairness, and the backend's errors.
 
-Simulations are small (a 100 Mbit/s dumbbell, 1 MB iterations) because each run is a
-fresh process that first imports ns-3 and compiles the MLTCP classes (~15-20 s).
-"""
+Simulations are small (a 100 Mbit/s dumbbell, 1 MB iterations); the runs share the
+session's ns-3 worker processes, so ns-3's start-up (importing it and compiling the
+MLTCP classes, ~15-20 s) is paid once per worker (tests/test_ns3_workers.py)."""
 
 from __future__ import annotations
 
@@ -83,10 +83,9 @@ TEST_BUDGET_S = 240.0     # a hung worker fails its test in minutes, not half an
 
 
 def _runs(jobs: list[tuple]) -> list:
-    """The traces of (scenario, scheme, seed[, only_job]) runs, in order, two ns-3
-    processes at a time: most of a small run is the process loading ns-3 and compiling
-    the MLTCP classes (~19 s), which two cores do side by side (the Dask sweep below runs
-    two workers at once too)."""
+    """The traces of (scenario, scheme, seed[, only_job]) runs, in order, on two ns-3
+    workers at a time (the session's, reused: a new one first loads ns-3 and compiles
+    the MLTCP classes, ~19 s, which two cores do side by side)."""
     from mltcp.lab.scenario import backends, schedule
 
     plans = [schedule.apply([resolve(*a)])[0] for a in jobs]
@@ -239,7 +238,8 @@ def test_a_run_over_its_wall_clock_budget_is_killed(monkeypatch) -> None:
     monkeypatch.setattr(launch, "STARTUP_S", 0.0)
     sc = _small()
     with pytest.raises(MltcpError, match="wall-clock budget"):
-        launch.run_plan(resolve(sc, sc.scheme("cubic"), 0), budget_s=3.0)   # import: longer
+        launch.run_plan(resolve(sc, sc.scheme("cubic"), 0), budget_s=3.0,   # import: longer
+                        reuse=False)
     assert len(started) == 1 and started[0].poll() is not None     # the worker is gone
 
 
@@ -351,7 +351,7 @@ def test_an_interrupted_parallel_ns3_run_stops_its_workers_and_starts_no_more(mo
 
     started, stopped = [], threading.Event()
 
-    def fake_run_plan(plan, progress, budget_s, stop):  # type: ignore[no-untyped-def]
+    def fake_run_plan(plan, progress, budget_s, stop, reuse):  # type: ignore[no-untyped-def]
         started.append(plan)
         deadline = time.monotonic() + 10                # never hang the suite
         while not stop.is_set() and time.monotonic() < deadline:
@@ -375,26 +375,3 @@ def test_an_interrupted_parallel_ns3_run_stops_its_workers_and_starts_no_more(mo
         signal.signal(signal.SIGINT, previous)
     assert stopped.is_set() and time.monotonic() - t0 < 2.0
     assert len(started) == 2                            # the queued four never started
-
-
-def test_a_waiting_run_kills_its_worker_when_stopped() -> None:
-    import subprocess
-    import sys
-    import threading
-    import time
-
-    from mltcp.lab.scenario.ns3 import launch
-
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    stop = threading.Event()
-    threading.Timer(0.2, stop.set).start()
-    t0 = time.monotonic()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            launch._wait(proc, time.monotonic() + 60, stop)
-        assert time.monotonic() - t0 < 1.0
-        with pytest.raises(subprocess.TimeoutExpired):
-            launch._wait(proc, time.monotonic() + 0.3, None)
-    finally:
-        proc.kill()
-        proc.wait()

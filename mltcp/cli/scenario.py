@@ -38,8 +38,8 @@ def register(sub: Any) -> None:
     rn.add_argument("--dedicated", action="store_true",
                     help="also run each job alone (the dedicated-link baseline)")
     rn.add_argument("--parallel", type=args_.integer(1, 64, "2"), default=1, metavar="N",
-                    help="runs at once where the backend can (1..64; ns3: one process "
-                         "each; default 1)")
+                    help="runs at once where the backend can (1..64; ns3: one worker "
+                         "process each, reused from run to run; default 1)")
     args_.add_force_flag(rn)
     _hosts_options(rn)
     rn.set_defaults(handler=cmd_run, teardown_signals=True, records_results=True)
@@ -71,8 +71,8 @@ def register(sub: Any) -> None:
     sw.add_argument("--format", default="parquet", choices=["parquet", "csv"],
                     help="the table's format (default %(default)s)")
     sw.add_argument("--backend", default="fluid", choices=names,
-                    help="fluid: the flow-level model (batches of runs); ns3: one ns-3 process "
-                         "per run (minutes each); dcqcn: batches on the DCQCN model "
+                    help="fluid: the flow-level model (batches of runs); ns3: each run on an ns-3 "
+                         "worker process, reused (minutes each); dcqcn: batches on the DCQCN model "
                          "(default %(default)s)")
     sw.add_argument("--dask", metavar="ADDR",
                     help="a running Dask cluster's address, e.g. tcp://host:8786 (default: "

@@ -145,7 +145,7 @@ def run_scenario(scenario_ref: str, out_dir: str | Path, schemes: Sequence[str] 
     refused unless ``force``: mltcp.lab.common.runset), run, save every trace as it
     completes, and build the report; returns report.json.
 
-    ``parallel`` runs that many at once where the backend can (ns-3: one process each);
+    ``parallel`` runs that many at once where the backend can (ns-3: one worker process each);
     ``backend_options`` go to the backend's constructor (e.g. the models' options)."""
     from mltcp.lab.scenario.report import build_report
 

@@ -19,7 +19,7 @@ same way for all of them:
 
 The worker process (:mod:`mltcp.lab.scenario.ns3.worker`) calls the program the plan's topology
 kind names (:mod:`mltcp.lab.scenario.ns3.programs`), so the programs researchers edit are the
-ones the ``ns3`` backend runs.
+ones the ``ns3`` backend runs; it runs many plans, with :func:`reset` between them.
 """
 
 from __future__ import annotations
@@ -84,6 +84,35 @@ def load() -> tuple[Any, Any]:
     for name in ("MltcpReno", "MltcpCubic", "MltcpDctcp", "MltcpJobConfig", "FlowPathRouting"):
         getattr(cppyy.gbl.ns3, name).GetTypeId()     # registers the TypeId
     return ns, cppyy.gbl
+
+
+def reset(ns: Any, gbl: Any) -> None:
+    """Return ns-3 to a fresh process's state, so that one worker process runs plan after
+    plan with the traces a fresh process gives (bit for bit: tests/test_ns3_workers.py).
+
+    What ns-3 keeps across simulations, and how it goes:
+
+    * ``Simulator::Destroy()``: the event list, the clock (back to 0, event ids from 0)
+      and everything registered for destruction with it: the node list (the next node
+      is node 0 again, and node ids key the MLTCP trackers), the channel list, global
+      routing's database;
+    * ``Config::Reset()``: every attribute's default and every global value (RngSeed,
+      RngRun) as before any SetDefault/SetGlobal (a plan without ECN must not inherit
+      the previous plan's ``UseEcn``);
+    * ``RngSeedManager::ResetNextStreamIndex()``: random variables are numbered from
+      stream 0 again, so each one draws the same numbers as in a fresh process;
+    * ``Names::Clear()`` (nothing here names objects; a program might);
+    * ``MltcpJobs::Clear()``: the model's own static table of trackers by (job, node).
+
+    Left as they are, and harmless: GlobalRouteManager's router-id counter (ns-3 has no
+    reset; ids keep counting up, in the same order, so routes and ECMP's first path are
+    the same) and Packet's uid counter (ids no model here reads).  TypeIds and the
+    compiled classes stay: they are the same for every plan."""
+    ns.Simulator.Destroy()
+    ns.Config.Reset()
+    ns.RngSeedManager.ResetNextStreamIndex()
+    ns.Names.Clear()
+    gbl.ns3.MltcpJobs.Clear()
 
 
 def cc_type(scheme: Scheme) -> str:
@@ -390,6 +419,16 @@ def simulate(ns: Any, gbl: Any, plan: RunPlan, net: Network, max_sim_s: float,
                                                 "cc_type": cc_type(scheme),
                                                 "simulation_wall_s": simulation_wall_s}}),
                  params=plan.trace_params(), flows=tuple(flows))
+
+
+def comparable(trace: Trace) -> dict:
+    """A trace's JSON less what two runs of one plan may differ in (the provenance's
+    host, time and command, the simulation loop's wall time): equal for a run in a
+    fresh process and in a reused worker (tests/test_ns3_workers.py)."""
+    data = trace.to_dict()
+    ns3 = dict(data.pop("provenance")["ns3"])
+    ns3.pop("simulation_wall_s", None)
+    return {**data, "ns3": ns3}
 
 
 def max_sim_seconds(plan: RunPlan) -> float:
