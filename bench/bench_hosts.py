@@ -32,11 +32,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from mltcp.core import signals
 from mltcp.host import datapath
 from mltcp.lab.scenario.emulation import fabric, sshd, testbed
 from mltcp.lab.scenario.plan import idle_gap_ms
@@ -77,8 +79,8 @@ def scenario_text(part: str, iterations: int, seeds: list[int], model: str,
     rate = bottleneck_mbit or BOTTLENECK_MBIT.get(part, 1000)
     queue = queue_packets or QUEUE_PACKETS.get(part, 400)
     jobs = []
-    for name, signal in (("a", signal_a), ("b", False)):
-        flag = ", signal = true" if signal else ""
+    for name, signals_end in (("a", signal_a), ("b", False)):
+        flag = ", signal = true" if signals_end else ""
         jobs.append(f"""
 [[jobs]]
 name = "{name}"
@@ -330,5 +332,20 @@ def main() -> int:
     return 0
 
 
+def stoppable() -> int:
+    """``main`` with SIGTERM and SIGHUP unwinding as Ctrl-C does (the CLI's rule,
+    :mod:`mltcp.core.signals`): a bench killed mid-run tears down its fabric, the hosts'
+    jobs, cgroups and modules instead of leaving them behind (seen: a SIGTERM'd bench
+    left an ``mltcp-*`` cgroup that failed the next hosts tests)."""
+    try:
+        with signals.unwinding(exiting=True):
+            return main()
+    except KeyboardInterrupt as stop:
+        signo = stop.signo if isinstance(stop, signals.Terminated) else signal.SIGINT
+        print(f"bench_hosts: stopped by signal {int(signo)}, after tearing down",
+              file=sys.stderr)
+        return 128 + int(signo)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(stoppable())
