@@ -79,9 +79,22 @@ slope = 4.0
 """
 
 
+# What was left on this machine before these tests (a run killed by SIGKILL elsewhere):
+# the tests check that *their* runs leave nothing, not that no process ever did.
+PREEXISTING: set[Path] = set()
+
+
+def _leftovers() -> set[Path]:
+    """What a hosts run creates on a host and must remove: its cgroups, its files."""
+    from mltcp.host import datapath
+
+    return set(datapath.cgroup2_root().glob("mltcp-*")) | set(Path("/tmp").glob("mltcp-hosts*"))
+
+
 @pytest.fixture(scope="module")
 def hosts(bpf_host, tmp_path_factory):
     """The scenario's fabric with sshd on every host, and the inventory of them."""
+    PREEXISTING.update(_leftovers())
     work = tmp_path_factory.mktemp("hosts")
     path = work / "ddp-pair.toml"
     path.write_text(SCENARIO)
@@ -137,9 +150,7 @@ def test_one_short_run_per_scheme(hosts, scheme) -> None:
     # Everything the run created is gone: modules, jobs, cgroups, remote files.
     assert not [m for m in datapath.loaded_modules()]
     assert jobs.Registry().read() == {}
-    root = datapath.cgroup2_root()
-    assert not list(root.glob("mltcp-*"))
-    assert not list(Path("/tmp").glob("mltcp-hosts*"))
+    assert not _leftovers() - PREEXISTING
     final = [d for d in (out / "logs").iterdir() if d.name.endswith("-attempt2")] \
         if began["attempt"] == 2 else [d for d in (out / "logs").iterdir()
                                        if not d.name.endswith("-attempt2")]
@@ -190,8 +201,7 @@ def _assert_nothing_left() -> None:
 
     assert datapath.loaded_modules() == []
     assert jobs.Registry().read() == {}
-    assert not list(datapath.cgroup2_root().glob("mltcp-*"))
-    assert not list(Path("/tmp").glob("mltcp-hosts*"))
+    assert not _leftovers() - PREEXISTING
     assert subprocess.run(["pgrep", "-f", "mltcp.workloads.ddp"],
                           capture_output=True).returncode == 1, "a worker survived"
 
