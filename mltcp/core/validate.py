@@ -220,6 +220,22 @@ def seeds(text: str, field: str = "seeds") -> tuple[int, ...]:
     return tuple(dict.fromkeys(s for lo, hi in parts for s in range(lo, hi + 1)))
 
 
+def seed_list(values: list, field: str = "seeds") -> tuple[int, ...]:
+    """A file's list of seeds (a scenario's, a cluster config's): at most MAX_SEEDS,
+    each an integer 0..MAX_SEED, none twice; ``field`` names the list."""
+    if len(values) > MAX_SEEDS:
+        raise SpecError(field, f"lists {len(values)} seeds, over {MAX_SEEDS}",
+                        f"give at most {MAX_SEEDS} seeds")
+    seen: dict[int, None] = {}
+    for index, value in enumerate(values):
+        seed = integer(value, f"{field}[{index}]", 0, MAX_SEED, "0")
+        if seed in seen:
+            raise SpecError(f"{field}[{index}]", f"duplicate seed {seed}",
+                            "list every seed once")
+        seen[seed] = None
+    return tuple(seen)
+
+
 def _seed_ranges(text: str, field: str) -> list[tuple[int, int]]:
     """The (first, last) of every comma-separated part of a seed list (a single seed is
     a range of one), not expanded."""

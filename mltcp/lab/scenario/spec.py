@@ -590,17 +590,7 @@ def _parse_seeds(value: object) -> tuple[int, ...]:
     if not isinstance(value, list) or not value:
         raise SpecError("seeds", f"must be a non-empty list of integers (got {value!r})",
                         "use e.g. seeds = [0, 1, 2]")
-    if len(value) > validate.MAX_SEEDS:
-        raise SpecError("seeds", f"lists {len(value)} seeds, over {validate.MAX_SEEDS}",
-                        f"give at most {validate.MAX_SEEDS} seeds")
-    seeds: dict[int, None] = {}
-    for index, seed in enumerate(value):
-        field = f"seeds[{index}]"
-        validate.integer(seed, field, 0, MAX_SEED, "0")
-        if seed in seeds:
-            raise SpecError(field, f"duplicate seed {seed}", "list every seed once")
-        seeds[seed] = None
-    return tuple(seeds)
+    return validate.seed_list(value)
 
 
 def _parse_topology(raw: object) -> Topology:

@@ -352,17 +352,7 @@ def _seeds(value: object) -> tuple[int, ...]:
     if not isinstance(value, list) or not value:
         raise SpecError("seeds", f"must be a non-empty list or a range (got {value!r})",
                         'use e.g. [0, 1, 2] or "0-4"')
-    if len(value) > validate.MAX_SEEDS:
-        raise SpecError("seeds", f"lists {len(value)} seeds, over {validate.MAX_SEEDS}",
-                        f"give at most {validate.MAX_SEEDS} seeds")
-    seeds = tuple(validate.integer(v, f"seeds[{i}]", 0, validate.MAX_SEED, "0")
-                  for i, v in enumerate(value))
-    seen: set[int] = set()
-    for i, s in enumerate(seeds):
-        if s in seen:
-            raise SpecError(f"seeds[{i}]", f"seed {s} is listed twice", "list each once")
-        seen.add(s)
-    return seeds
+    return validate.seed_list(value)
 
 
 # --------------------------------------------------------------------------- job sources
