@@ -42,7 +42,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from mltcp.core import validate
+from mltcp.core import signals, validate
 from mltcp.lab.cluster.engine.gpu_jobs import JobRequest
 from mltcp.lab.cluster.engine.network import Network, fair
 from mltcp.lab.cluster.engine.scheduling import Decision
@@ -112,6 +112,9 @@ class ContentionEnv(gym.Env):
         return self._observe(), {}
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        # A Ctrl-C that a library swallowed since the last step (mltcp.core.signals.check)
+        # unwinds here, whoever steps: PPO's rollouts, the warm start's demonstrations.
+        signals.check()
         run = self.run
         assert run is not None, "reset() before step()"
         view = run.view()

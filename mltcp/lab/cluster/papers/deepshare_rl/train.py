@@ -27,6 +27,14 @@ leaves the previous policy of that name whole, never a truncated zip that a late
 experiment would load.  stable-baselines3's logger is replaced by one that writes
 nothing (its default leaves a ``/tmp/SB3-*`` folder per training).
 
+Ctrl-C and the teardown signals (:mod:`mltcp.core.signals`) unwind a training within
+milliseconds wherever they land (an environment step returns to Python every
+``fluid_engine.SLICE_S``; a PPO update is thousands of small torch calls), except where
+a library swallows the raise (stable-baselines3's ``deepcopy`` of each step's
+observations runs a bare ``except:``): the training then raises it again at its next
+environment or optimiser step (:func:`mltcp.core.signals.check`), so that it never runs
+on past a Ctrl-C.
+
     mltcp cluster rl-train --out mltcp/lab/cluster/papers/deepshare_rl/policies \\
         --name deepshare-normal-w0.4 --trace normal --w1 0.4 --timesteps 150000
 """
@@ -44,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from mltcp.core import validate
+from mltcp.core import signals, validate
 from mltcp.core.errors import CapabilityError
 from mltcp.lab.cluster.engine.network import congestion_control
 from mltcp.lab.cluster.papers.deepshare_rl import imitation as rl_imitate
@@ -168,6 +176,8 @@ def train(cfg: TrainConfig, out_dir: str | Path, name: str,
                         learning_rate=cfg.learning_rate,
                         device="cpu", verbose=0)
     model.set_logger(quiet_logger(Logger))
+    # the update's safe point: every minibatch (PPO's and the warm start's, one optimiser)
+    model.policy.optimizer.register_step_pre_hook(lambda *_: signals.check())
     result = TrainResult(cfg, out / f"{name}.zip", 0.0)
     started = time.monotonic()
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -182,11 +192,13 @@ def train(cfg: TrainConfig, out_dir: str | Path, name: str,
 
     class Progress(BaseCallback):
         def _on_rollout_start(self) -> None:
+            signals.check()
             # between PPO updates: the policy judged is one the training really had
             if chooser is not None:
                 chooser.maybe_judge(self.num_timesteps)
 
         def _on_step(self) -> bool:
+            signals.check()     # right after the step's deepcopy, which may swallow it
             for info, done in zip(self.locals["infos"], self.locals["dones"], strict=True):
                 if not done or "jct_mean_s" not in info:
                     continue
@@ -257,6 +269,7 @@ class Chooser:
         self.next_at = 0
 
     def act(self, obs: Any, mask: Any) -> int:
+        signals.check()             # a judging episode's safe point
         action, _ = self.model.predict(obs, action_masks=mask, deterministic=True)
         return int(action)
 
