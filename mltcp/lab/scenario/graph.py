@@ -48,6 +48,12 @@ class NetworkGraph:
     switches: list[str]
     links: list[LinkSpec]
     _adjacent: dict[str, list[tuple[str, LinkSpec]]] = field(init=False, repr=False)
+    # Hops to each target, computed once: a cluster-size scenario asks for the paths of
+    # thousands of host pairs among a few hundred hosts (the graph is not changed after
+    # it is made).
+    _distances: dict[str, dict[str, int]] = field(init=False, repr=False)
+    _switch_set: frozenset[str] = field(init=False, repr=False)
+    _link_position: dict[str, int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         nodes = [*self.hosts, *self.switches]
@@ -57,6 +63,9 @@ class NetworkGraph:
         if len(set(ids)) != len(ids):
             raise SpecError("links", "duplicate link ids", "give every link its own id")
         self._adjacent = {n: [] for n in nodes}
+        self._distances = {}
+        self._switch_set = frozenset(self.switches)
+        self._link_position = {link.id: i for i, link in enumerate(self.links)}
         for link in self.links:
             for end in (link.a, link.b):
                 if end not in self._adjacent:
@@ -74,15 +83,20 @@ class NetworkGraph:
         return self._adjacent[node]
 
     def distances(self, target: str) -> dict[str, int]:
-        """Hops from every node that can reach ``target`` (hosts do not forward)."""
+        """Hops from every node that can reach ``target`` (hosts do not forward); the
+        graph's own dict, not to be changed."""
+        if target in self._distances:
+            return self._distances[target]
         dist = {target: 0}
         queue = deque([target])
+        switches = self._switch_set
         while queue:
             cur = queue.popleft()
             for nxt, _ in self._adjacent[cur]:
-                if nxt not in dist and (cur == target or cur in self.switches):
+                if nxt not in dist and (cur == target or cur in switches):
                     dist[nxt] = dist[cur] + 1
                     queue.append(nxt)
+        self._distances[target] = dist
         return dist
 
     def next_hops(self, node: str, host: str,
@@ -93,7 +107,7 @@ class NetworkGraph:
             raise SpecError("links", f"{node} cannot reach {host}", "connect the fabric")
         return [(nxt, link) for nxt, link in self._adjacent[node]
                 if nxt in dist and dist[nxt] == dist[node] - 1
-                and (nxt == host or nxt in self.switches)]
+                and (nxt == host or nxt in self._switch_set)]
 
     def path(self, src: str, dst: str,
              choose: Callable[[Sequence[tuple[str, LinkSpec]]], int] | None = None
@@ -117,14 +131,17 @@ class NetworkGraph:
         alternatives), in link order: the links a flow between them may cross."""
         to_dst, from_src = self.distances(dst), self.distances(src)
         total = to_dst[src]
-        out = []
-        for link in self.links:
-            if shaped_only and not link.rate_mbit:
+        found = []          # (link's position, direction, id): sorted into link order
+        for a, hops in from_src.items():
+            # a step a -> b lies on a shortest path; only src and switches forward
+            if (a != src and a not in self._switch_set) or hops + to_dst.get(a, -1) != total:
                 continue
-            for a, b in ((link.a, link.b), (link.b, link.a)):
-                if a in from_src and b in to_dst and from_src[a] + 1 + to_dst[b] == total:
-                    out.append(directed_id(link, a, b))
-        return out
+            for b, link in self._adjacent[a]:
+                if (b in to_dst and hops + 1 + to_dst[b] == total
+                        and (link.rate_mbit or not shaped_only)):
+                    found.append((self._link_position[link.id], a != link.a,
+                                  directed_id(link, a, b)))
+        return [lid for *_, lid in sorted(found)]
 
 
 def dumbbell_graph(hosts: int, bottleneck_mbit: float, queue_packets: int,
@@ -167,6 +184,42 @@ def graph_for(topology: Topology) -> NetworkGraph:
     return leaf_spine_graph(topology.leaves, topology.spines, topology.hosts_per_leaf,
                             topology.host_link_mbit, topology.oversubscription,
                             topology.queue_packets)
+
+
+def shaped_link_ids(graph: NetworkGraph) -> dict[str, tuple[str, ...]]:
+    """Every name a scenario may give a shaped link, with the directed ids it names: the
+    link's id (both directions) and each direction's id, in graph order."""
+    out: dict[str, tuple[str, ...]] = {}
+    for link in graph.links:
+        if link.rate_mbit:
+            ways = (directed_id(link, link.a, link.b), directed_id(link, link.b, link.a))
+            out[link.id] = ways
+            out.update({way: (way,) for way in ways})
+    return out
+
+
+def recorded_link_ids(graph: NetworkGraph, choice: str | Sequence[str],
+                      job_links: Sequence[Sequence[str]]) -> tuple[str, ...]:
+    """The directed links a run's trace samples, in graph order, for a scenario's
+    ``record_links`` (:class:`mltcp.lab.scenario.spec.Scenario`) and the links each of
+    its jobs' rings may cross (:func:`ring_link_ids`; every job, run alone or not, so a
+    dedicated run records what the shared runs do).  "fabric": the crossed links between
+    two switches; "crossed": every crossed link; "all"; "none"; or ids (see
+    :func:`shaped_link_ids`)."""
+    names = shaped_link_ids(graph)
+    ordered = [way for link in graph.links if link.rate_mbit for way in names[link.id]]
+    if choice == "none":
+        return ()
+    if choice == "all":
+        return tuple(ordered)
+    if isinstance(choice, str):
+        crossed = {lid for links in job_links for lid in links}
+        switches = set(graph.switches)
+        keep = {lid for lid in crossed if choice == "crossed"
+                or set(lid.split(":", 1)[1].split("->")) <= switches}
+    else:
+        keep = {way for name in choice for way in names[name]}
+    return tuple(way for way in ordered if way in keep)
 
 
 def ring_link_ids(graph: NetworkGraph, hosts: Sequence[str]) -> list[str]:

@@ -200,17 +200,43 @@ def sharing_jobs(trace: Trace, name: str) -> list[JobTrace]:
     return [j for j in trace.jobs if j.name != name and links.intersection(j.links)]
 
 
-def _union(intervals: Iterable[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
-    """Merge intervals into disjoint sorted ones (starts, ends); empty ones vanish."""
-    starts: list[float] = []
-    ends: list[float] = []
-    for a, b in sorted((a, b) for a, b in intervals if b > a):
-        if starts and a <= ends[-1]:
-            ends[-1] = max(ends[-1], b)
-        else:
-            starts.append(a)
-            ends.append(b)
-    return np.array(starts, dtype=float), np.array(ends, dtype=float)
+def _sharing(trace: Trace) -> list[np.ndarray]:
+    """Per job (trace order), the indices of the other jobs that share one of its links:
+    :func:`sharing_jobs` for every job at once, through the jobs of each link (a
+    thousand jobs compared pairwise are a million set intersections)."""
+    on_link: dict[str, list[int]] = {}
+    for j, job in enumerate(trace.jobs):
+        for link in job.links:
+            on_link.setdefault(link, []).append(j)
+    out = []
+    for j, job in enumerate(trace.jobs):
+        others = {k for link in job.links for k in on_link[link]} - {j}
+        out.append(np.array(sorted(others), dtype=np.int64))
+    return out
+
+
+def _intervals(job: JobTrace) -> tuple[np.ndarray, np.ndarray]:
+    """A job's communication intervals (:meth:`JobTrace.comm_intervals`) as arrays."""
+    spans = job.comm_intervals()
+    return (np.fromiter((a for a, _ in spans), float, len(spans)),
+            np.fromiter((b for _, b in spans), float, len(spans)))
+
+
+def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge intervals into disjoint sorted ones (starts, ends); empty ones vanish, and
+    touching ones merge.  Sorted by start (then end), an interval opens a new merged one
+    where it starts after every earlier one has ended; that one ends at the latest end
+    among its members."""
+    keep = ends > starts
+    a, b = starts[keep], ends[keep]
+    order = np.lexsort((b, a))
+    a, b = a[order], b[order]
+    if not a.size:
+        return a, b
+    reach = np.maximum.accumulate(b)
+    first = np.flatnonzero(np.concatenate([[True], a[1:] > reach[:-1]]))
+    last = np.concatenate([first[1:] - 1, [a.size - 1]])
+    return a[first], reach[last]
 
 
 def _covered_before(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -227,9 +253,16 @@ def _covered_before(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.n
 def overlap(trace: Trace, name: str) -> list[float]:
     """Overlap of job ``name`` in each of its iterations (record order), in [0, 1]."""
     job = trace.job(name)
-    others = _union(iv for other in sharing_jobs(trace, name) for iv in other.comm_intervals())
+    others = sharing_jobs(trace, name)
+    return _overlap(job, [_intervals(o) for o in others])
+
+
+def _overlap(job: JobTrace, others: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[float]:
+    """:func:`overlap` of ``job`` against the intervals of the jobs sharing its links."""
     if not job.iterations:
         return []
+    others = _union(np.concatenate([s for s, _ in others] or [np.zeros(0)]),
+                    np.concatenate([e for _, e in others] or [np.zeros(0)]))
     # Per communication phase (one per iteration unless it has several), then summed
     # per iteration: compute gaps between phases count neither way.
     owner = np.array([k for k, r in enumerate(job.iterations) for _ in r.comm_phases()])
@@ -243,8 +276,11 @@ def overlap(trace: Trace, name: str) -> list[float]:
 
 
 def overlaps(trace: Trace) -> dict[str, list[float]]:
-    """Job name -> its overlap per iteration."""
-    return {job.name: overlap(trace, job.name) for job in trace.jobs}
+    """Job name -> its overlap per iteration (:func:`overlap` of every job, each job's
+    intervals and neighbours found once)."""
+    spans = [_intervals(job) for job in trace.jobs]
+    return {job.name: _overlap(job, [spans[k] for k in near])
+            for job, near in zip(trace.jobs, _sharing(trace), strict=True)}
 
 
 # --------------------------------------------------------------------------- convergence
@@ -544,12 +580,13 @@ def summarize(trace: Trace, dedicated: Mapping[str, float] | None = None,
     _check_threshold_k(threshold, k)
     dedicated = dict(dedicated or {})
     jobs: dict[str, dict] = {}
+    every_overlap = overlaps(trace)
     for job in trace.jobs:
         stats = iteration_stats(job, skip)
         ded = _check_dedicated(job.name, dedicated[job.name]) if job.name in dedicated else None
         ratio = None if ded is None or stats.mean is None else stats.mean / ded
         # Overlap once per job: both convergence measures read the same values.
-        indices, overlaps = [r.index for r in job.iterations], overlap(trace, job.name)
+        indices, job_overlap = [r.index for r in job.iterations], every_overlap[job.name]
         jobs[job.name] = {
             "iterations": len(job.iterations),
             "measured_iterations": stats.iterations,
@@ -557,9 +594,10 @@ def summarize(trace: Trace, dedicated: Mapping[str, float] | None = None,
             "dedicated_mean": ded,
             "ratio_to_dedicated": ratio,
             "indices": indices,
-            "overlap": overlaps,
-            "convergence_iteration": held_from(indices, overlaps, threshold, k),
-            "first_interleaved_iteration": first_interleaved(indices, overlaps, threshold, k),
+            "overlap": job_overlap,
+            "convergence_iteration": held_from(indices, job_overlap, threshold, k),
+            "first_interleaved_iteration": first_interleaved(indices, job_overlap, threshold,
+                                                             k),
             "comm_throughput_bps": comm_throughput_bps(job),
             **loss_counts(job),
         }
