@@ -76,7 +76,7 @@ def test_long_scenario_is_refused_before_its_link_samples(tmp_path: Path) -> Non
     code, err, seconds = cli("run", path, "--backend", "fluid", "--out", tmp_path / "out",
                              "--scheme", "cubic", "--scheme", "mltcp-cubic", cwd=tmp_path)
     assert_refused(code, err, seconds, "jobs[0].iterations x jobs[0].compute_ms",
-                   "10000 iterations", "TiB", "limit 2 GiB")
+                   "10000 iterations", "1,200,167,292 link samples", "limit 2 GiB")
     assert not (tmp_path / "out" / "traces").exists()
 
 

@@ -467,12 +467,14 @@ def test_a_save_cut_short_leaves_the_previous_trace_whole(tmp_path: Path,
     path = make_trace().save(tmp_path / "trace.json")
     before = path.read_bytes()
 
-    def disk_full(self: Path, data: bytes) -> int:
-        with open(self, "wb") as fh:
-            fh.write(data[: len(data) // 2])        # half written, then the disk is full
+    chunks = Trace.json_chunks
+
+    def disk_full(self: Trace):  # type: ignore[no-untyped-def]
+        written = list(chunks(self))
+        yield from written[: len(written) // 2]     # half written, then the disk is full
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(Path, "write_bytes", disk_full)
+    monkeypatch.setattr(Trace, "json_chunks", disk_full)
     with pytest.raises(OSError, match="No space"):
         make_trace(40).save(path)
     monkeypatch.undo()

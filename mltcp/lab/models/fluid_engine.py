@@ -244,7 +244,8 @@ class EngineState:
     heap_key: np.ndarray          # (F+J,)
     link_rate: np.ndarray         # (K,) sum of its flows' rates (kept where sampled)
     link_tlast: np.ndarray        # (K,)
-    bins: np.ndarray              # (K, B) payload bytes per sample interval
+    bins: np.ndarray              # (R, B) payload bytes per sample interval, sampled links
+    bin_row: np.ndarray           # (K,) int64 a link's row of bins, -1: not sampled
     bprev: np.ndarray             # (F,) int64 the previous flow on its bottleneck's list
     refresh: np.ndarray           # (F,) bool: its next event only recomputes its rate
     # scratch for one event
@@ -378,8 +379,11 @@ def new_state(flow_job: np.ndarray, flow_links: list[list[int]], capacity: np.nd
               phase_compute: np.ndarray, iterations: np.ndarray, start: np.ndarray,
               jitter: np.ndarray, slope: float, intercept: float, cap: float,
               f_steps: int, sample_s: float, n_iter: int = 0,
-              stop_on_job_done: bool = False, ring: int = 0) -> EngineState:
+              stop_on_job_done: bool = False, ring: int = 0,
+              sampled: np.ndarray | None = None) -> EngineState:
     """A run at time 0: every job with iterations computes its first phase.
+    ``sample_s`` > 0: the links ``sampled`` (indices; None: every link) keep their
+    payload bytes per ``sample_s`` interval (:func:`finish_bins`), in that order;
     ``n_iter``: records for this many iterations (at least the most any job runs);
     ``stop_on_job_done``: :func:`advance_until` returns JOB_DONE after the event in which
     a job ran its last iteration (the cluster simulator schedules then); ``ring`` > 0:
@@ -405,6 +409,10 @@ def new_state(flow_job: np.ndarray, flow_links: list[list[int]], capacity: np.nd
 
     jit = np.zeros((n_jobs, n_iter))
     jit[:, :jitter.shape[1]] = jitter[:, :n_iter]
+    rows = (np.arange(n_links) if sampled is None else np.asarray(sampled, dtype=np.int64)) \
+        if sample_s > 0 else np.zeros(0, dtype=np.int64)
+    bin_row = np.full(n_links, -1, dtype=np.int64)
+    bin_row[rows] = np.arange(len(rows))
     n_items = n_flows + n_jobs
     st = EngineState(
         flow_job=flow_job, flow_ptr=flow_ptr, flow_links=links, link_ptr=link_ptr,
@@ -425,7 +433,7 @@ def new_state(flow_job: np.ndarray, flow_links: list[list[int]], capacity: np.nd
         communicating=np.zeros(n_jobs, dtype=np.bool_), busy=np.zeros(n_jobs, dtype=np.int64),
         heap=np.zeros(n_items, dtype=np.int64), heap_pos=np.full(n_items, -1, dtype=np.int64),
         heap_key=np.full(n_items, np.inf), link_rate=np.zeros(n_links),
-        link_tlast=np.zeros(n_links), bins=np.zeros((n_links, 0)),
+        link_tlast=np.zeros(n_links), bins=np.zeros((len(rows), 0)), bin_row=bin_row,
         bprev=ints(n_flows, -1), refresh=np.zeros(n_flows, dtype=np.bool_),
         seen=ints(n_flows), queue=ints(n_links), comp=ints(n_flows), kept=ints(n_flows),
         jobs_todo=ints(2 * n_jobs + 2 * n_flows + 2), blinks=ints(n_links), near=ints(n_links),
@@ -499,7 +507,7 @@ def _advance_slice(st: EngineState, horizon: float, budget: int) -> int:
         st.params, st.start, st.comm_start, st.comm_end, st.end, st.phase_start,
         st.phase_end, st.clock, st.counters, st.running, st.it, st.phase,
         st.communicating, st.busy, st.heap, st.heap_pos, st.heap_key, st.link_rate,
-        st.link_tlast, st.bins, st.bprev, st.refresh, st.seen, st.queue, st.comp,
+        st.link_tlast, st.bins, st.bin_row, st.bprev, st.refresh, st.seen, st.queue, st.comp,
         st.kept, st.jobs_todo, st.blinks, st.near, st.lheap, st.lpos, st.lkey, st.lcount,
         st.okey, float(horizon), int(budget))
     st.slice_events = next_slice(st.slice_events, st.events - before,
@@ -617,8 +625,9 @@ def _next_key(st: EngineState) -> float:
 
 
 def finish_bins(st: EngineState) -> np.ndarray:
-    """Every link's bytes per sample interval up to the run's last event (flushed)."""
-    _flush_all(st.link_rate, st.link_tlast, st.bins, st.clock[0], st.params[4])
+    """The sampled links' bytes per sample interval up to the run's last event (flushed),
+    one row per link in the order ``new_state`` was given them."""
+    _flush_all(st.link_rate, st.link_tlast, st.bins, st.bin_row, st.clock[0], st.params[4])
     return st.bins
 
 
@@ -1138,13 +1147,13 @@ def _settle(t, stamp, n_comp, n_queue, comp, queue, fi, flow_links, li, link_flo
 
 
 @_compiled
-def _flush_link(link_rate, link_tlast, bins, k, t, sample_s):  # type: ignore[no-untyped-def]
-    """Add link k's bytes from its last rate change to t into its sample bins (bin i
-    holds (i s, (i+1) s])."""
+def _flush_link(link_rate, link_tlast, bins, row, k, t, sample_s):  # type: ignore[no-untyped-def]
+    """Add link k's bytes from its last rate change to t into its sample bins (row
+    ``row``; bin i holds (i s, (i+1) s]); a link not sampled (row < 0) only moves on."""
     a = link_tlast[k]
     r = link_rate[k]
     link_tlast[k] = t
-    if r <= 0.0 or t <= a:
+    if r <= 0.0 or t <= a or row < 0:
         return
     i = int(a / sample_s)
     n = bins.shape[1]
@@ -1153,18 +1162,18 @@ def _flush_link(link_rate, link_tlast, bins, k, t, sample_s):  # type: ignore[no
         hi = lo + sample_s
         seg = min(t, hi) - max(a, lo)
         if seg > 0.0:
-            bins[k, i] += r * seg
+            bins[row, i] += r * seg
         if hi >= t:
             break
         i += 1
 
 
 @_compiled
-def _flush_all(link_rate, link_tlast, bins, t, sample_s):  # type: ignore[no-untyped-def]
+def _flush_all(link_rate, link_tlast, bins, bin_row, t, sample_s):  # type: ignore[no-untyped-def]
     if sample_s <= 0.0:
         return
     for k in range(link_rate.shape[0]):
-        _flush_link(link_rate, link_tlast, bins, k, t, sample_s)
+        _flush_link(link_rate, link_tlast, bins, bin_row[k], k, t, sample_s)
 
 
 # --------------------------------------------------------------------------- events
@@ -1225,7 +1234,8 @@ def _whole_component(t, stamp, n_comp, n_queue, comp, queue, fi, flow_links, li,
 def _advance(flow_job, fi, flow_links, li, link_flows, job_ptr, lv, fv, weight, phase_fraction,
              phase_compute, iterations, jitter, params, rec_start, rec_comm_start, rec_comm_end,
              rec_end, rec_phase_start, rec_phase_end, clock, counters, running, it, phase,
-             communicating, busy, heap, heap_pos, heap_key, link_rate, link_tlast, bins, bprev,
+             communicating, busy, heap, heap_pos, heap_key, link_rate, link_tlast, bins, bin_row,
+             bprev,
              refresh, seen, queue, comp, kept, jobs_todo, blinks, near, lheap, lpos, lkey, lcount,
              okey, t_stop, max_events):  # type: ignore[no-untyped-def]
     """Events up to t_stop.  Per event: the flows and jobs it concerns change state
@@ -1427,7 +1437,7 @@ def _advance(flow_job, fi, flow_links, li, link_flows, job_ptr, lv, fv, weight, 
         counters[_RECOMPUTED] += n_comp
         for i in range(n_queue if sample_s > 0.0 else 0):   # (only samples use them)
             k = queue[i]
-            _flush_link(link_rate, link_tlast, bins, k, t, sample_s)
+            _flush_link(link_rate, link_tlast, bins, bin_row[k], k, t, sample_s)
             total = 0.0
             for p in range(li[k, _Q0], li[k, _Q1]):
                 f = link_flows[p]

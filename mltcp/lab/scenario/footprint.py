@@ -1,18 +1,19 @@
 """What a scenario's runs hold in memory, estimated before anything runs.
 
 A run keeps one record per job iteration and, where its backend samples links, one
-sample per shaped link and sample period for as long as it lasts; a batched model
-adds a dense flows x links incidence per lane.  Each is sized by inputs the validator
-accepts one by one (10,000 iterations and 600 s of compute are both in range; together
-they are 69 days of 10 ms link samples), so the runner, the backends and sweeps check
-these estimates against the one memory budget
+sample per recorded link (the scenario's ``record_links``) and sample period for as long
+as it lasts; a model that lays flows x links out densely (DCQCN) adds that matrix.  Each
+is sized by inputs the validator accepts one by one (10,000 iterations and 600 s of
+compute are both in range; together they are 69 days of 10 ms link samples), so the
+runner, the backends and sweeps check these estimates against the one memory budget
 (:data:`mltcp.core.validate.MEMORY_BUDGET_BYTES`) before they allocate: a run that would
 not fit is refused in one line that names the fields and the size it would need; runs
 that fit one by one are run in chunks that fit; a run set whose traces the report would
 hold together is refused before its plans are made.
 
-The costs per item are peak bytes measured on the fluid backend (samples and records
-built as objects, saved as JSON, read back by the report), rounded up.  A run's length
+The costs per item are peak bytes measured on the fluid backend (samples built as
+columns, saved as JSON a link at a time, read back by the report: 460 bytes a sample at
+the peak, ``bench/bench_fluid_scale.py``), rounded up.  A run's length
 is bounded from below (:func:`min_duration_s`), so an estimate never refuses a run that
 would fit; what a run's contention adds beyond it the fluid backend checks as it goes.
 """
@@ -26,10 +27,10 @@ from mltcp.core import validate
 from mltcp.lab.scenario.plan import JobPlan, RunPlan
 from mltcp.lab.scenario.spec import Scenario, ScenarioJob
 
-SAMPLE_BYTES = 1536        # a link sample while its run's trace is built and saved
+SAMPLE_BYTES = 512         # a link sample at its run's peak: the trace read back as JSON
 RECORD_BYTES = 1536        # an iteration record, likewise (one phase)
 PHASE_BYTES = 192          # each further phase of a model-parallel iteration's record
-CELL_BYTES = 8             # a flow x link cell of a batch lane's incidence (fluid, DCQCN)
+CELL_BYTES = 8             # a flow x link cell of a dense layout (DCQCN)
 KEPT_SAMPLE_BYTES = 64     # a link sample of a trace read back (columns): what a report holds
 KEPT_RECORD_BYTES = 512    # an iteration record read back
 PLAN_ITERATION_BYTES = 32  # a plan's jitter draw for one job iteration (every job, every plan)
@@ -39,7 +40,7 @@ PLAN_ITERATION_BYTES = 32  # a plan's jitter draw for one job iteration (every j
 class Footprint:
     """What one run holds: ``samples`` link samples (``links`` links, ``duration_s`` at
     least), ``records`` iteration records (``phases`` extra phase entries), ``cells`` of
-    a batch lane's incidence and ``draws`` jitter draws of its plan."""
+    a dense flows x links layout and ``draws`` jitter draws of its plan."""
 
     links: int
     duration_s: float
@@ -76,8 +77,8 @@ def _capacity(plan: RunPlan) -> dict[str, float]:
 
 
 def sampled_links(plan: RunPlan) -> int:
-    """The directed links a trace samples: every shaped link, both ways."""
-    return 2 * len(_capacity(plan))
+    """The directed links a trace samples (the scenario's ``record_links``)."""
+    return len(plan.record_links)
 
 
 def _job_span_s(job: JobPlan, capacity: dict[str, float]) -> float:
@@ -125,23 +126,24 @@ def check_scenario(scenario: Scenario) -> None:
         validate.within_memory(need, *_records_refusal(scenario.jobs, records))
 
 
-def of(plan: RunPlan, sample_s: float | None, batched: bool) -> Footprint:
+def of(plan: RunPlan, sample_s: float | None, dense: bool) -> Footprint:
     """One run's footprint on a backend that samples links every ``sample_s`` (None:
-    none) and, if ``batched``, lays the run out as a lane of dense arrays."""
+    none) and, if ``dense``, lays the run's flows x shaped links out as a matrix."""
     links = sampled_links(plan)
+    shaped = 2 * len(_capacity(plan))
     duration, _ = min_duration_s(plan)
     samples = int(links * duration / sample_s) if sample_s else 0
     records, phases = _records([j.spec for j in plan.active_jobs])
     flows = sum(len(j.flows) for j in plan.jobs)
     draws = sum(len(j.compute_jitter_ms) for j in plan.jobs)
     return Footprint(links, duration, samples, records, phases,
-                     flows * links if batched else 0, draws)
+                     flows * shaped if dense else 0, draws)
 
 
-def check_run(plan: RunPlan, sample_s: float | None, batched: bool) -> Footprint:
+def check_run(plan: RunPlan, sample_s: float | None, dense: bool) -> Footprint:
     """Refuse a run whose footprint exceeds the budget, naming what sizes its largest
     part; its footprint otherwise."""
-    fp = of(plan, sample_s, batched)
+    fp = of(plan, sample_s, dense)
     if fp.peak_bytes <= validate.MEMORY_BUDGET_BYTES:
         return fp
     part = max(fp.parts, key=lambda k: fp.parts[k])
@@ -150,9 +152,10 @@ def check_run(plan: RunPlan, sample_s: float | None, batched: bool) -> Footprint
     elif part == "records":
         field, what, fix = _records_refusal([j.spec for j in plan.active_jobs], fp.records)
     else:
-        flows = fp.cells // max(fp.links, 1)
+        shaped = 2 * len(_capacity(plan))
+        flows = fp.cells // max(shaped, 1)
         field = "topology"
-        what = f"{flows} flows x {fp.links} links of a batch lane's arrays"
+        what = f"{flows} flows x {shaped} links of the model's matrices"
         fix = "use a smaller topology (fewer leaves x spines) or fewer workers"
     validate.within_memory(fp.peak_bytes, field, what, fix)
     return fp
@@ -163,8 +166,10 @@ def _samples_refusal(plan: RunPlan, fp: Footprint, sample_s: float) -> tuple[str
     _, job = min_duration_s(plan)
     ms = f"{sample_s * 1e3:g} ms"
     room_s = validate.MEMORY_BUDGET_BYTES / (fp.links * SAMPLE_BYTES / sample_s)
-    fix = (f"with {fp.links} sampled links a run fits in ~{room_s:,.0f} s: use fewer "
-           "iterations or a shorter compute_ms")
+    fewer = ('record fewer links (record_links = "none" or a list of link ids), or '
+             if fp.links > 2 else "")
+    fix = (f"with {fp.links} recorded links a run fits in ~{room_s:,.0f} s: {fewer}use "
+           "fewer iterations or a shorter compute_ms")
     if job is None:
         return ("jobs.iterations x jobs.bytes_per_iteration",
                 f"the busiest link's bytes take >= {fp.duration_s:,.0f} s: {fp.samples:,} "
@@ -204,21 +209,24 @@ def chunks(costs: Sequence[int], limit: int | None = None) -> list[list[int]]:
 
 
 def check_runset(per_seed: Sequence[RunPlan], seeds: int, dedicated_seeds: int,
-                 sample_s: float | None, batched: bool) -> None:
+                 sample_s: float | None, dense: bool) -> None:
     """Refuse a run set whose traces the report would hold together beyond the budget:
     ``per_seed`` are one seed's plans (dedicated runs with ``only_job``), the run set
     has ``seeds`` of the others and ``dedicated_seeds`` of the dedicated ones.  Checked on
     one seed's plans, before every seed's plans are made."""
     kept, peak = 0, 0
     for plan in per_seed:
-        fp = of(plan, sample_s, batched)
+        fp = of(plan, sample_s, dense)
         kept += fp.kept_bytes * (dedicated_seeds if plan.only_job else seeds)
         peak = max(peak, fp.peak_bytes)
     runs = sum(dedicated_seeds if p.only_job else seeds for p in per_seed)
     room = max(1, runs * validate.MEMORY_BUDGET_BYTES // max(kept + peak, 1))
+    links = max((sampled_links(p) for p in per_seed), default=0)
+    fewer = (f'record fewer than its {links} links (record_links = "none" or a list of '
+             "link ids), " if links > 2 else "")
     validate.within_memory(
         kept + peak, "seeds x schemes",
         f"{runs} runs ({seeds} seeds x {sum(not p.only_job for p in per_seed)} schemes"
         f"{', with dedicated runs' if dedicated_seeds else ''}) whose traces the report reads",
-        f"run fewer seeds or schemes at once (~{room} runs of this size fit), or fewer "
-        "iterations")
+        f"run fewer seeds or schemes at once (~{room} runs of this size fit), {fewer}or "
+        "fewer iterations")

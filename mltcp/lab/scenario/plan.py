@@ -21,6 +21,7 @@ batch them as lanes of one set of arrays).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from mltcp.lab.scenario.graph import (
     NetworkGraph,
     directed_id,
     graph_for,
+    recorded_link_ids,
     ring_flow_path,
     ring_link_ids,
 )
@@ -83,8 +85,10 @@ class JobPlan:
         """When the first iteration starts, ms after the run's time 0."""
         return self.start_offset_ms + self.tie_break_ms
 
-    @property
+    @functools.cached_property
     def comm_bytes_per_worker(self) -> int:
+        """Payload bytes one worker sends per iteration (read per flow and link when a
+        cluster-size run is sized, so worked out once)."""
         return self.spec.comm_bytes_per_worker()
 
 
@@ -132,6 +136,13 @@ class RunPlan:
 
     def job(self, name: str) -> JobPlan:
         return named(self.jobs, name, "job", "job")
+
+    @functools.cached_property
+    def record_links(self) -> tuple[str, ...]:
+        """The directed links this run's trace samples (the scenario's ``record_links``),
+        in graph order: the same in every backend and in the run's dedicated runs."""
+        return recorded_link_ids(self.graph, self.scenario.record_links,
+                                 [j.links for j in self.jobs])
 
     def trace_params(self) -> dict[str, Any]:
         """What a trace records of how it was run: the scheme as run (its fields, the

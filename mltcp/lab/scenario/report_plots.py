@@ -3,7 +3,8 @@ the N it is over.
 
     timeline  communication phases per job over time, one panel per scheme (its
               first seed: a timeline cannot be averaged), the first
-              TIMELINE_ITERATIONS iterations (more are a smear at any width)
+              TIMELINE_ITERATIONS iterations of the first TIMELINE_JOBS jobs (more are
+              a smear at any size; the title says what is shown)
     overlap   overlap per iteration per scheme: the mean over jobs and runs, with the
               range over the runs shaded (N runs in the legend)
     cdf       iteration-time ECDF per scheme, all jobs and runs pooled (from 0)
@@ -22,6 +23,7 @@ from mltcp.lab.scenario import metrics
 from mltcp.lab.scenario.trace import Trace
 
 TIMELINE_ITERATIONS = 100
+TIMELINE_JOBS = 16
 
 
 def draw(out: Path, by_scheme: dict[str, list[Trace]], summaries: dict[str, dict],
@@ -53,15 +55,18 @@ def _timeline(by_scheme: dict[str, list[Trace]]):  # type: ignore[no-untyped-def
                                 squeeze=False, sharex=True)
     for ax, name in zip(axes[:, 0], names, strict=True):
         trace = _first(by_scheme[name])
-        longest = max(len(j.iterations) for j in trace.jobs)
+        jobs = trace.jobs[:TIMELINE_JOBS]
+        longest = max(len(j.iterations) for j in jobs)
         until = min(j.iterations[min(TIMELINE_ITERATIONS, len(j.iterations)) - 1].end
-                    for j in trace.jobs if j.iterations)
-        for row, job in enumerate(trace.jobs):
+                    for j in jobs if j.iterations)
+        for row, job in enumerate(jobs):
             spans = [(s, e - s) for s, e in job.comm_intervals() if s <= until]
             ax.broken_barh(spans, (row - 0.4, 0.8), color=f"C{row}")
-        ax.set_yticks(range(len(trace.jobs)), [j.name for j in trace.jobs])
+        ax.set_yticks(range(len(jobs)), [j.name for j in jobs])
         shown = (f", the first {TIMELINE_ITERATIONS} of {longest} iterations"
                  if longest > TIMELINE_ITERATIONS else "")
+        if len(trace.jobs) > len(jobs):
+            shown += f", the first {len(jobs)} of {len(trace.jobs)} jobs"
         ax.set_title(f"{name}: communication phases, seed {trace.seed} "
                      f"(1 of N={len(by_scheme[name])} runs){shown}", fontsize=9)
     axes[-1, 0].set_xlabel("time (s)")

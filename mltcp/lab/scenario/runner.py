@@ -70,7 +70,7 @@ def check_memory(engine: Backend, scenario: Scenario, seeds: Sequence[int], dedi
     n_dedicated = (0 if not dedicated else len(seeds) if dedicated_seeds is None
                    else len(set(seeds) & set(dedicated_seeds)))
     footprint.check_runset(per_seed, len(seeds), n_dedicated, engine.link_sample_s(),
-                           engine.capabilities.batched)
+                           engine.capabilities.dense_links)
 
 
 def backend_for(name: str, parallel: int = 1,

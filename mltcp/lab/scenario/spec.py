@@ -49,7 +49,10 @@ _SCENARIO_NAME = re.compile(r"[a-z0-9-]{1,40}")
 _JOB_NAME = re.compile(r"[a-z0-9_-]{1,20}")
 _SCHEME_NAME = re.compile(r"[a-z0-9_-]{1,30}")
 
-_TOP_KEYS = ("name", "description", "seeds", "topology", "jobs", "schemes")
+_TOP_KEYS = ("name", "description", "seeds", "topology", "jobs", "schemes", "record_links")
+# Which links a run's trace samples (every backend): see Scenario.record_links.
+RECORD_LINKS = ("fabric", "crossed", "all", "none")
+DEFAULT_RECORD_LINKS = "fabric"
 _COMMON_TOPOLOGY_KEYS = ("kind", "host_link_mbit", "queue_packets", "ecn_threshold_bytes",
                          "gso_max_segs", "rto_min_ms", "mtu_bytes")
 MIN_MTU, MAX_MTU = 1280, 9000
@@ -477,6 +480,13 @@ class Scenario:
     topology: Topology
     jobs: tuple[ScenarioJob, ...]
     schemes: tuple[Scheme, ...]
+    # Which links every run's trace samples: "fabric" (the switch-to-switch links a job's
+    # ring may cross: the dumbbell's bottleneck, a leaf-spine's uplinks; their number does
+    # not grow with the jobs), "crossed" (every shaped link a ring may cross, host links
+    # too), "all" (every shaped link, both ways), "none", or link ids (an undirected id
+    # names both directions).  The rates are the same whatever is recorded: this only
+    # sizes the trace (a cluster-size scenario's host links are most of its samples).
+    record_links: str | tuple[str, ...] = DEFAULT_RECORD_LINKS
 
     def job(self, name: str) -> ScenarioJob:
         return named(self.jobs, name, "jobs", "job")
@@ -513,6 +523,8 @@ class Scenario:
             "topology": self.topology.to_dict(),
             "jobs": [job.to_dict() for job in self.jobs],
             "schemes": [scheme.to_dict() for scheme in self.schemes],
+            "record_links": (self.record_links if isinstance(self.record_links, str)
+                             else list(self.record_links)),
         }
 
 
@@ -567,7 +579,36 @@ def _parse(data: Mapping[str, Any]) -> Scenario:
                 "which needs ECN marking at the bottleneck",
                 "add e.g. ecn_threshold_bytes = 30000 to [topology]",
             )
-    return Scenario(name, description, seeds, topology, jobs, schemes)
+    record = _parse_record_links(top.get("record_links", "", DEFAULT_RECORD_LINKS), topology)
+    return Scenario(name, description, seeds, topology, jobs, schemes, record)
+
+
+def _parse_record_links(value: object, topology: Topology) -> str | tuple[str, ...]:
+    """One of RECORD_LINKS, or a list of the topology's shaped link ids (undirected, or
+    one direction as traces name it), each once."""
+    choices = ", ".join(f'"{c}"' for c in RECORD_LINKS)
+    if isinstance(value, str):
+        if value not in RECORD_LINKS:
+            raise SpecError("record_links", f"unknown choice {value!r}",
+                            f"use one of {choices}, or a list of link ids")
+        return value
+    if not isinstance(value, list):
+        raise SpecError("record_links", f"must be a string or a list (got "
+                        f"{type(value).__name__})", f"use one of {choices}, or a list of "
+                        'link ids, e.g. ["bottleneck"]')
+    from mltcp.lab.scenario.graph import graph_for, shaped_link_ids  # graph reads spec
+    known = shaped_link_ids(graph_for(topology))
+    for i, lid in enumerate(value):
+        if not isinstance(lid, str) or lid not in known:
+            near = [k for k in known if isinstance(lid, str) and lid and lid in k][:3] \
+                or list(known)[:3]
+            raise SpecError(f"record_links[{i}]", f"{lid!r} is not a shaped link of the "
+                            "topology", f"use a link id such as {', '.join(near)} (an id "
+                            "without ':' names both directions)")
+        if lid in value[:i]:
+            raise SpecError(f"record_links[{i}]", f"{lid!r} is listed twice",
+                            "list each link once")
+    return tuple(value)
 
 
 def _array(value: object, field: str, table: str) -> list[Any]:

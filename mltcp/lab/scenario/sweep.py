@@ -257,7 +257,7 @@ def point_bytes(spec: SweepSpec) -> dict[tuple, int]:
     ones, on the first seed: a seed moves paths and jitter, not sizes), each run checked
     against the budget by the backend (one line naming the field if one does not fit)."""
     engine = spec.engine()
-    sample_s, batched = engine.link_sample_s(), engine.capabilities.batched
+    sample_s, dense = engine.link_sample_s(), engine.capabilities.dense_links
     out: dict[tuple, int] = {}
     for point in spec.points():
         key, _ = _scenario_key(point, spec.seeds[0])
@@ -266,7 +266,7 @@ def point_bytes(spec: SweepSpec) -> dict[tuple, int]:
             plan, dedicated = point_plans(spec, point, spec.seeds[0])
             for p in (plan, *dedicated):
                 engine.check(p)
-            out[key] = sum(footprint.of(p, sample_s, batched).peak_bytes
+            out[key] = sum(footprint.of(p, sample_s, dense).peak_bytes
                            for p in (plan, *dedicated))
     return out
 

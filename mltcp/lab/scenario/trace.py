@@ -556,6 +556,34 @@ def _object_samples(cls: type[S], value: Any) -> Samples[S]:
     return Samples(cls, columns, items)
 
 
+def _array_samples(cls: type[S], columns: Mapping[str, Any]) -> Samples[S]:
+    """The ``Samples`` of numpy columns (a backend's samples, never made as objects: a
+    cluster-size run has millions), checked as the objects would be: a value they would
+    refuse is refused by making that sample's object, which names the field."""
+    names = [name for name, _ in cls._COLUMNS]  # type: ignore[attr-defined]
+    if set(columns) != set(names):
+        raise SpecError("samples", f"columns {', '.join(sorted(columns))}",
+                        f"give the columns {', '.join(names)}")
+    out = {name: np.array(columns[name], dtype=_DTYPES[kind])
+           for name, kind in cls._COLUMNS}  # type: ignore[attr-defined]
+    n = len(out["t"])
+    bad = np.zeros(n, dtype=bool)
+    for name, kind in cls._COLUMNS:  # type: ignore[attr-defined]
+        column = out[name]
+        if column.shape != (n,):
+            raise SpecError(f"samples.{name}", f"shape {column.shape}",
+                            f"give {n} values, one per sample")
+        if kind is float:
+            bad |= ~np.isfinite(column)
+        if kind is int or name in cls._NON_NEGATIVE:  # type: ignore[attr-defined]
+            bad |= column < 0
+    if bad.any():
+        i = int(np.argmax(bad))
+        with _within(f"samples[{i}]"):
+            cls(*(kind(out[name][i]) for name, kind in cls._COLUMNS))  # type: ignore[attr-defined]
+    return Samples(cls, out)
+
+
 def _json_samples(cls: type[S], value: Any) -> Samples[S]:
     """The ``Samples`` of a JSON array of sample objects, checked a column at a time.
 
@@ -686,6 +714,13 @@ class LinkTrace:
         _check_order(samples, ("ecn_marks", "drops"))
         object.__setattr__(self, "samples", samples)
 
+    @classmethod
+    def of_columns(cls, id: str, capacity_bps: float, **columns: Any) -> LinkTrace:
+        """A link's samples given as one array per :class:`LinkSample` field (``t``,
+        ``throughput_bps``, ``queue_bytes``, ``ecn_marks``, ``drops``), checked as the
+        samples would be, without making an object per sample."""
+        return cls(id, capacity_bps, _array_samples(LinkSample, columns))
+
     def times(self) -> np.ndarray:
         """The samples' times (read-only)."""
         return self.column("t")
@@ -805,14 +840,16 @@ class Trace:
         raise SpecError("link", f"no link {link_id!r} sampled in this trace",
                         f"use one of {', '.join(ln.id for ln in self.links) or '(none)'}")
 
-    def to_dict(self) -> dict:
+    def to_dict(self, parts: bool = True) -> dict:
+        """The JSON document; ``parts=False``: without its jobs, links and flows."""
         out = {"schema": SCHEMA, "scenario": self.scenario, "scheme": self.scheme,
                "backend": self.backend, "seed": self.seed,
-               "jobs": [j.to_dict() for j in self.jobs],
-               "links": [ln.to_dict() for ln in self.links],
                "provenance": self.provenance, "params": self.params}
-        if self.flows:
-            out["flows"] = [f.to_dict() for f in self.flows]
+        if parts:
+            out["jobs"] = [j.to_dict() for j in self.jobs]
+            out["links"] = [ln.to_dict() for ln in self.links]
+            if self.flows:
+                out["flows"] = [f.to_dict() for f in self.flows]
         return out
 
     @classmethod
@@ -836,9 +873,29 @@ class Trace:
     def save(self, path: str | Path) -> Path:
         """Write the trace as JSON (strict: no NaN/Infinity, which other tools cannot read),
         atomically: a run killed while saving leaves the previous file or none, never a
-        prefix that the next report would have to refuse."""
-        return atomic.write_text(path, json.dumps(self.to_dict(), indent=1,
-                                                  allow_nan=False) + "\n")
+        prefix that the next report would have to refuse.
+
+        Written a job, link and flow at a time (:meth:`json_chunks`): the JSON objects of
+        a cluster-size run's millions of samples, made at once, were gigabytes."""
+        with atomic.replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+            for chunk in self.json_chunks():
+                fh.write(chunk)
+        return Path(path)
+
+    def json_chunks(self) -> Iterator[str]:
+        """The text of ``json.dumps(self.to_dict())`` (the same document), in pieces of
+        one job, link or flow each, strict JSON."""
+        text = json.dumps(self.to_dict(parts=False), indent=1, allow_nan=False)
+        yield text[:-2]                       # without its closing "\n}"
+        parts: list[tuple[str, Sequence[Any]]] = [("jobs", self.jobs), ("links", self.links)]
+        if self.flows:
+            parts.append(("flows", self.flows))
+        for name, items in parts:
+            yield f',\n "{name}": ['
+            for i, item in enumerate(items):
+                yield ("," if i else "") + "\n  " + json.dumps(item.to_dict(), allow_nan=False)
+            yield "\n ]"
+        yield "\n}\n"
 
 
 def load_trace(path: str | Path) -> Trace:

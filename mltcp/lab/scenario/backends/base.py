@@ -36,6 +36,8 @@ class Capabilities:
     once in separate processes (``--parallel N``).  ``exclusive_host``: it drives this
     host's kernel (namespaces, the eBPF datapath) in real time, so runs go one at a time
     and never to a Dask cluster.  ``phases``: it runs model-parallel phases.
+    ``dense_links``: it lays a run's flows x links out as a dense matrix (what sizes a
+    large fabric's runs besides their samples, :mod:`mltcp.lab.scenario.footprint`).
     ``records``: what its traces carry besides iterations (``links``, ``queues``,
     ``ecn``, ``drops``, ``cwnd``, ``losses``).
     """
@@ -45,6 +47,7 @@ class Capabilities:
     exclusive_host: bool = False
     phases: bool = True
     records: frozenset[str] = frozenset()
+    dense_links: bool = False
 
 
 class Backend:
@@ -66,7 +69,7 @@ class Backend:
         """Raise :class:`~mltcp.core.errors.SpecError` naming the field if this backend
         cannot run ``plan`` (before anything is built or started), its trace's memory
         beyond the budget included."""
-        footprint.check_run(plan, self.link_sample_s(), self.capabilities.batched)
+        footprint.check_run(plan, self.link_sample_s(), self.capabilities.dense_links)
         if not self.capabilities.phases:
             for job in plan.jobs:
                 if job.spec.phases is not None:
@@ -89,12 +92,20 @@ def simulated_progress(model: str, plans: Sequence[RunPlan],
     into the runner's progress lines, with the time left at the pace so far (a batch
     of long runs takes minutes)."""
     say = progress or (lambda _msg: None)
-    horizon = max((p.nominal_duration_s for p in plans), default=0.0)
+    # A lower bound of the runs' length: their compute alone, or their busiest link's
+    # bytes (on a loaded fabric, several times the compute).  Past it, no time is promised.
+    horizon = max((max(p.nominal_duration_s, footprint.min_duration_s(p)[0]) for p in plans),
+                  default=0.0)
     began = time.monotonic()
+    runs = f"{len(plans)} run{'s' if len(plans) != 1 else ''}"
 
     def advanced(simulated_s: float) -> None:
+        if simulated_s >= horizon:
+            say(f"{model} model: {runs} at {simulated_s:.2f} s simulated (past the "
+                f"~{horizon:.1f} s they take at least; contention draws them out)")
+            return
         fraction = simulated_s / horizon if horizon > 0 else 0.0
-        say(f"{model} model: {len(plans)} runs at {simulated_s:.2f} s simulated "
-            f"(of ~{horizon:.1f} s), {eta_text(time.monotonic() - began, fraction)}")
+        say(f"{model} model: {runs} at {simulated_s:.2f} s simulated "
+            f"(of ~{horizon:.1f} s at least), {eta_text(time.monotonic() - began, fraction)}")
 
     return advanced

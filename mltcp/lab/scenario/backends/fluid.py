@@ -32,7 +32,7 @@ class FluidBackend(Backend):
     def run(self, plans: Sequence[RunPlan], progress: Progress | None = None,
             parallel: int = 1) -> Iterator[tuple[int, Trace]]:
         sample_s = self.link_sample_s()
-        for chunk in footprint.chunks([footprint.of(p, sample_s, True).peak_bytes
+        for chunk in footprint.chunks([footprint.of(p, sample_s, False).peak_bytes
                                        for p in plans]):
             part = [plans[i] for i in chunk]
             traces = run_many(part, self.options, record_links=self.record_links,

@@ -420,7 +420,8 @@ def _traces(lay: _Layout, rec: _Records, opt: DcqcnOptions) -> list[Trace]:
         links = tuple(LinkTrace(id=lid, capacity_bps=rates[lid.split(":", 1)[0]],
                                 samples=tuple(_link_samples(rec.snaps[lane], k,
                                                             opt.sample_s)))
-                      for k, lid in enumerate(lay.structs[lane].link_ids))
+                      for k, lid in enumerate(lay.structs[lane].link_ids)
+                      if lid in plan.record_links)
         out.append(Trace(
             scenario=plan.scenario.name, scheme=plan.scheme.name, backend="dcqcn",
             seed=plan.seed, jobs=tuple(jobs), links=links,

@@ -35,7 +35,10 @@ Model
 * Many independent runs of one structure (same jobs and links; different
   parameters, seeds or start offsets) form a batch of *lanes*, one engine state
   each, advanced together in slices of simulated time, so progress reports the
-  time every lane has reached.
+  time every lane has reached.  A lane holds its flows' paths as lists (the engine's
+  sparse incidence) and samples only the links the scenario records
+  (``record_links``): a cluster-size scenario costs what the cluster simulator's runs
+  cost, with samples of the fabric's links (``bench/bench_fluid_scale.py``).
 
 What it leaves out, on purpose: slow start, losses, queues and RTTs.  Queue and
 ECN/drop columns of its link samples are 0.
@@ -64,7 +67,7 @@ from mltcp.lab.scenario.batched.lanes import (
     structure_key,
 )
 from mltcp.lab.scenario.plan import RunPlan
-from mltcp.lab.scenario.trace import IterationRecord, JobTrace, LinkSample, LinkTrace, Trace
+from mltcp.lab.scenario.trace import IterationRecord, JobTrace, LinkTrace, Trace
 
 DEFAULT_F_STEPS = 8
 DEFAULT_SAMPLE_S = 0.01
@@ -100,8 +103,9 @@ class BatchResult:
 
     ``phase_start``/``phase_end`` (L, J, N, P) hold every communication phase's
     interval; with one phase per iteration they repeat comm_start/comm_end.
-    ``link_bins``: per lane, each link's payload bytes per ``sample_s`` interval
-    (K, B), where links were recorded; ``link_end``: the lane's last event time.
+    ``link_bins``: per lane, the recorded links' (the scenario's ``record_links``,
+    ``Batch.record``) payload bytes per ``sample_s`` interval (R, B), where links were
+    recorded; ``link_end``: the lane's last event time.
     """
 
     start: np.ndarray             # (L, J, N)
@@ -121,7 +125,7 @@ class BatchResult:
 def lane_state(batch: Batch, lane: int, opt: FluidOptions,
                record_links: bool) -> fluid_engine.EngineState:
     """The engine's state for one lane of ``batch`` at time 0."""
-    flow_links = [np.flatnonzero(row).tolist() for row in batch.incidence[lane]]
+    flow_links = [list(links) for links in batch.flow_links[lane]]
     jitter = (batch.jitter[lane] if batch.jitter is not None
               else np.zeros((len(batch.job_names), 1)))
     return fluid_engine.new_state(
@@ -129,8 +133,8 @@ def lane_state(batch: Batch, lane: int, opt: FluidOptions,
         batch.weight[lane], batch.phase_fraction[lane], batch.phase_compute[lane],
         batch.iterations[lane], batch.start[lane], jitter, float(batch.slope[lane]),
         float(batch.intercept[lane]), float(batch.cap[lane]), opt.f_steps,
-        opt.sample_s if record_links else 0.0,
-        n_iter=int(batch.iterations.max(initial=0)))
+        opt.sample_s if record_links and len(batch.record) else 0.0,
+        n_iter=int(batch.iterations.max(initial=0)), sampled=batch.record)
 
 
 def simulate(batch: Batch, options: FluidOptions | None = None,
@@ -165,7 +169,7 @@ def simulate(batch: Batch, options: FluidOptions | None = None,
             if status == fluid_engine.DONE:
                 live.remove(lane)
         if record_links:
-            _check_samples(states, len(batch.link_ids), opt.sample_s)
+            _check_samples(states, len(batch.record), opt.sample_s)
         if progress is not None and live:
             progress(until)
         if time.monotonic() - began < 0.5:
@@ -200,18 +204,19 @@ def _check_samples(states: Sequence[fluid_engine.EngineState], links: int,
 # --------------------------------------------------------------------------- plans
 
 
-def _link_samples(bins: np.ndarray, end: float, sample_s: float,
-                  efficiency: float) -> list[LinkSample]:
-    """Periodic samples (every ``sample_s`` up to the last event) of a link's payload
-    bytes per interval; the throughput counts frames, like a queue's byte counter:
-    payload / efficiency."""
+def _link_trace(link_id: str, capacity_bps: float, bins: np.ndarray, end: float,
+                sample_s: float, efficiency: float) -> LinkTrace:
+    """A link's periodic samples (every ``sample_s`` up to the last event) of its payload
+    bytes per interval, as columns; the throughput counts frames, like a queue's byte
+    counter: payload / efficiency.  No queue, marks or drops in the model."""
     grid = sample_grid(end, sample_s)
     sent = np.zeros(len(grid))
     n = min(len(grid), len(bins))
     sent[:n] = bins[:n]
-    bps = sent * 8 / sample_s / efficiency
-    return [LinkSample(t=float(g), throughput_bps=float(max(b, 0.0)), queue_bytes=0,
-                       ecn_marks=0, drops=0) for g, b in zip(grid, bps, strict=True)]
+    bps = np.maximum(sent * 8 / sample_s / efficiency, 0.0)
+    zeros = np.zeros(len(grid), dtype=np.int64)
+    return LinkTrace.of_columns(link_id, capacity_bps, t=grid, throughput_bps=bps,
+                                queue_bytes=zeros, ecn_marks=zeros, drops=zeros)
 
 
 def to_traces(plans: Sequence[RunPlan], batch: Batch, result: BatchResult,
@@ -242,11 +247,10 @@ def to_traces(plans: Sequence[RunPlan], batch: Batch, result: BatchResult,
         links = ()
         if result.link_bins:
             rates = link_rates_bps(plan)
-            links = tuple(LinkTrace(id=lid, capacity_bps=rates[lid.split(":", 1)[0]],
-                                    samples=tuple(_link_samples(
-                                        result.link_bins[lane][k], result.link_end[lane],
-                                        opt.sample_s, plan.topology.payload_efficiency)))
-                          for k, lid in enumerate(batch.link_ids))
+            links = tuple(_link_trace(lid, rates[lid.split(":", 1)[0]],
+                                      result.link_bins[lane][row], result.link_end[lane],
+                                      opt.sample_s, plan.topology.payload_efficiency)
+                          for row, lid in enumerate(batch.link_ids[k] for k in batch.record))
         traces.append(Trace(
             scenario=plan.scenario.name, scheme=plan.scheme.name, backend="fluid",
             seed=plan.seed, jobs=tuple(jobs), links=links,

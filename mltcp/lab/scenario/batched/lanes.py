@@ -35,7 +35,10 @@ class Batch:
     job_names: list[str]
     link_ids: list[str]
     flow_job: np.ndarray          # (F,) job index of each flow
-    incidence: np.ndarray         # (L, F, K) 1.0 where the flow crosses the link
+    flow_links: list[tuple[tuple[int, ...], ...]]  # per lane, each flow's links (sparse:
+                                  # a dense lanes x flows x links array was most of a
+                                  # cluster-size scenario's memory)
+    record: np.ndarray            # (R,) the links whose samples the trace keeps
     capacity: np.ndarray          # (L, K)
     flow_bytes: np.ndarray        # (L, F) bytes per iteration
     phase_fraction: np.ndarray    # (L, J, P) share of the iteration's bytes per phase
@@ -57,7 +60,14 @@ class Batch:
         n_lanes, n_jobs, n_flows = self.lanes, len(self.job_names), len(self.flow_job)
         n_links = len(self.link_ids)
         n_phases = self.phase_compute.shape[2]
-        want = {"incidence": (n_lanes, n_flows, n_links), "capacity": (n_lanes, n_links),
+        if len(self.flow_links) != n_lanes or any(len(lane) != n_flows
+                                                  for lane in self.flow_links):
+            raise SpecError("batch.flow_links", "not one path per flow and lane",
+                            f"give {n_lanes} lanes of {n_flows} flows' links")
+        if len(self.record) and not 0 <= self.record.min() <= self.record.max() < n_links:
+            raise SpecError("batch.record", "a recorded link is not a link of the batch",
+                            f"give link indices 0..{n_links - 1}")
+        want = {"capacity": (n_lanes, n_links),
                 "flow_bytes": (n_lanes, n_flows),
                 "phase_fraction": (n_lanes, n_jobs, n_phases),
                 "phase_compute": (n_lanes, n_jobs, n_phases), "weight": (n_lanes, n_flows),
@@ -82,6 +92,7 @@ class Structure:
     flow_links: tuple[tuple[int, ...], ...]
     flow_bytes: tuple[float, ...]
     weight: tuple[float, ...]          # the job's connections per worker
+    record: tuple[int, ...] = ()       # the links the trace samples (plan.record_links)
 
 
 def structure(plan: RunPlan) -> Structure:
@@ -98,12 +109,12 @@ def structure(plan: RunPlan) -> Structure:
             flow_bytes.append(float(job.comm_bytes_per_worker))
             weight.append(float(job.spec.connections))
     return Structure(tuple(link_ids), tuple(flow_job), tuple(flow_links), tuple(flow_bytes),
-                     tuple(weight))
+                     tuple(weight), tuple(index[lid] for lid in plan.record_links))
 
 
 def structure_key(plan: RunPlan, s: Structure) -> tuple:
     """Plans with equal keys can be lanes of one batch."""
-    return tuple(j.name for j in plan.jobs), s.link_ids, s.flow_job
+    return tuple(j.name for j in plan.jobs), s.link_ids, s.flow_job, s.record
 
 
 def capacities(plan: RunPlan, link_ids: Sequence[str], efficiency: float) -> np.ndarray:
@@ -128,15 +139,11 @@ def build_batch(plans: Sequence[RunPlan], structs: Sequence[Structure] | None = 
     names = [j.name for j in plans[0].jobs]
     for p, s in zip(plans, structs, strict=True):
         if [j.name for j in p.jobs] != names or s.link_ids != first.link_ids \
-                or s.flow_job != first.flow_job:
+                or s.flow_job != first.flow_job or s.record != first.record:
             raise SpecError("runs", f"{p.scenario.name} has another structure than "
                             f"{plans[0].scenario.name}", "batch only runs with the same jobs "
                             "and topology (run_many groups them)")
-    n_lanes, n_flows, n_links = len(plans), len(first.flow_job), len(first.link_ids)
-    incidence = np.zeros((n_lanes, n_flows, n_links))
-    for lane, s in enumerate(structs):
-        for f, links in enumerate(s.flow_links):
-            incidence[lane, f, list(links)] = 1.0
+    n_lanes = len(plans)
     # Jobs with fewer phases than the most are padded with empty phases (no compute, no
     # bytes), which end the instant they start.
     n_phases = max(len(j.spec.phase_list()) for p in plans for j in p.jobs)
@@ -157,7 +164,8 @@ def build_batch(plans: Sequence[RunPlan], structs: Sequence[Structure] | None = 
     aggs = [p.scheme.aggressiveness for p in plans]
     batch = Batch(
         job_names=names, link_ids=list(first.link_ids), flow_job=np.array(first.flow_job),
-        incidence=incidence,
+        flow_links=[s.flow_links for s in structs],
+        record=np.array(first.record, dtype=np.int64),
         capacity=np.stack([capacities(p, s.link_ids, p.topology.payload_efficiency)
                            for p, s in zip(plans, structs, strict=True)]),
         flow_bytes=np.array([s.flow_bytes for s in structs]),

@@ -195,7 +195,8 @@ def run_plan(plan: RunPlan, progress: Progress | None = None,
             link_traces = tuple(
                 LinkTrace(id=key, capacity_bps=(rates[key.split(":", 1)[0]] or 0.0) * 1e6,
                           samples=tuple(samples))
-                for key, samples in sampler.samples.items())
+                for key, samples in sampler.samples.items()
+                if key in plan.record_links)          # the scenario's record_links
             return Trace(scenario=scenario.name, scheme=scheme.name, backend="netns", seed=seed,
                          jobs=tuple(job_traces), links=link_traces,
                          provenance=provenance({"topology": scenario.topology.to_dict()}),

@@ -402,6 +402,8 @@ def simulate(ns: Any, gbl: Any, plan: RunPlan, net: Network, max_sim_s: float,
     rates = {lk.id: lk.rate_mbit for lk in net.graph.links}
     links = []
     for q, lid in enumerate(link_ids):
+        if lid not in plan.record_links:       # the scenario's record_links
+            continue
         prev_t, prev_b, samples = 0.0, 0, []
         for i, ts in enumerate(times):
             sent = int(sampler.sent[q][i])
