@@ -52,15 +52,16 @@ one line naming the fields and the memory it would need, exit code 2 (the rows a
   what one run, the runs a batched model or a sweep's worker holds at once, the traces a
   run set's report reads back, or a cluster experiment may hold for what its input sizes.
   The estimates count peak bytes per item, measured on this code and rounded up:
-  * scenario runs (`mltcp/lab/scenario/footprint.py`, every backend): 1536 B per link
-    sample (each shaped link both ways, every 10 ms on fluid, dcqcn and ns3, 50 ms on
+  * scenario runs (`mltcp/lab/scenario/footprint.py`, every backend): 512 B per link
+    sample (each link the scenario's `record_links` names, by default the fabric's
+    switch-to-switch links the jobs cross, every 10 ms on fluid, dcqcn and ns3, 50 ms on
     netns) over the run's length bounded from below (a job's start and iterations of
     compute, each with its bytes over its slowest link; the busiest link's bytes), 1536 B
     per iteration record (192 B per further phase; a scenario whose records alone exceed
-    the budget is refused before a plan is made), 8 B per flow x link of a batched lane;
-    a run set's report holds 64 B per sample and 512 B per record of every run.  With 2
-    shaped links a run may last ~7,000 s (compatible-pair's 10,000 iterations take
-    ~2,000 s).  Runs that fit alone but not together run in consecutive chunks of half the
+    the budget is refused before a plan is made), 8 B per flow x link of the DCQCN model's
+    matrices; a run set's report holds 64 B per sample and 512 B per record of every run.
+    With 2 recorded links a run may last ~21,000 s (compatible-pair's 10,000 iterations
+    take ~2,000 s); a 512-host leaf-spine's 128 fabric links, ~330 s.  Runs that fit alone but not together run in consecutive chunks of half the
     budget (the fluid and dcqcn backends, a sweep's chunks); a fluid run that contention
     draws out beyond the budget stops when it reaches it.
   * cluster experiments (`mltcp/lab/cluster/engine/leafspine.py`, `simulator.py`): 320 B

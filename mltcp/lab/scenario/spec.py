@@ -517,15 +517,19 @@ class Scenario:
         return t_comm / (t_comm + job.compute_ms)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable; ``parse_scenario(s.to_dict()) == s``."""
-        return {
+        """JSON-serialisable; ``parse_scenario(s.to_dict()) == s``.  ``record_links`` only
+        where it is not the default, so that a scenario's digest (its run set's identity)
+        is what it was before the field existed."""
+        out = {
             "name": self.name, "description": self.description, "seeds": list(self.seeds),
             "topology": self.topology.to_dict(),
             "jobs": [job.to_dict() for job in self.jobs],
             "schemes": [scheme.to_dict() for scheme in self.schemes],
-            "record_links": (self.record_links if isinstance(self.record_links, str)
-                             else list(self.record_links)),
         }
+        if self.record_links != DEFAULT_RECORD_LINKS:
+            out["record_links"] = (self.record_links if isinstance(self.record_links, str)
+                                   else list(self.record_links))
+        return out
 
 
 def _too_many_workers(index: int, workers: int, hosts: int) -> tuple[str, str, str]:
