@@ -733,6 +733,10 @@ def test_a_live_tuner_blocks_restore_and_a_second_run(tmp_path: Path) -> None:
     proc = _start_tuner(root, tmp_path / "tx_bytes", state)
     try:
         _drive_until_tuned(proc, root, tmp_path / "tx_bytes", state / "eth0.json")
+        # Held still (SIGSTOP: alive, its lock and port held), so that what the tree holds
+        # afterwards is what the refused commands left: a running tuner moves its knobs on
+        # by itself (its iteration ends at the idle gap, F falls back, the knobs with it).
+        os.kill(proc.pid, signal.SIGSTOP)
         tuned = tree(root)
         restore = subprocess.run([sys.executable, "-m", "mltcp.cli", "dcqcn", "restore",
                                   "--iface", IFACE, "--state-dir", str(state)],
@@ -748,6 +752,7 @@ def test_a_live_tuner_blocks_restore_and_a_second_run(tmp_path: Path) -> None:
         assert f"pid {proc.pid}" in second.stderr and f"kill {proc.pid}" in second.stderr
         assert tree(root) == tuned and (state / "eth0.json").exists()   # nothing touched
     finally:
+        os.kill(proc.pid, signal.SIGCONT)
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM and tree(root) == before
