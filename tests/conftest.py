@@ -21,6 +21,27 @@ if "MLTCP_STATE_DIR" not in os.environ:
 
 import pytest  # noqa: E402
 
+# Test files that use this host's kernel datapath, network namespaces, sshd or root-only
+# state (a build cache in /var/cache, a tuner's port): their tests are marked ``host``,
+# and scripts/test runs them one at a time in a phase of their own (names, pins and CPU
+# timing would collide), then every other test in parallel (pytest-xdist, one worker
+# per core).  A new file of that kind joins this list (a kernel-marked test is host
+# wherever it is).
+HOST_FILES = frozenset({
+    "test_agent", "test_bad_input", "test_build_cache", "test_classify", "test_cli_json",
+    "test_datapath", "test_dcqcn_tuner", "test_demo", "test_fabric", "test_host_races",
+    "test_hosts_backend", "test_hosts_ssh", "test_jobfile", "test_jobs", "test_kernel_abi",
+    "test_kernel_behaviour", "test_kernel_fault", "test_qdiscs", "test_signal_socket",
+    "test_testbed", "test_traffic", "test_wheel", "test_wire",
+})
+
+
+def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
+    """Mark the tests of HOST_FILES, and every kernel test, ``host``."""
+    for item in items:
+        if Path(str(item.fspath)).stem in HOST_FILES or item.get_closest_marker("kernel"):
+            item.add_marker(pytest.mark.host)
+
 
 def pytest_sessionfinish(session, exitstatus):  # type: ignore[no-untyped-def]
     """The session's own job-registry directory goes with it."""

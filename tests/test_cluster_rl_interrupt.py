@@ -65,17 +65,17 @@ def _clean(got: Interrupted, where: Path, signo: signal.Signals) -> None:
 
 def test_ctrl_c_stops_a_training_within_a_second_in_rollouts_and_updates(
         tmp_path: Path) -> None:
-    """Six moments: three in rollouts (an environment step: the cluster simulator in
-    the compiled engine, PPO's forward pass) and three in the first PPO update (a
+    """Four moments: two in rollouts (an environment step: the cluster simulator in
+    the compiled engine, PPO's forward pass) and two in the first PPO update (a
     gradient step), and a SIGTERM.  Each must exit 130 (143) with nothing written; the
     median within a second (1.25 s before the fix on an idle machine), none past 5 s
     (a swallowed signal let the training run on: killed after 10 s)."""
     latencies, in_update = [], 0
-    for i, delay in enumerate((0.0, 0.4, 0.8)):
+    for i, delay in enumerate((0.0, 0.6)):
         got, where = _interrupt(tmp_path / f"rollout{i}", "[episode 1,", delay)
         _clean(got, where, signal.SIGINT)
         latencies.append(got.latency_s)
-    for i, delay in enumerate((0.0, 0.1, 0.2)):
+    for i, delay in enumerate((0.0, 0.15)):
         got, where = _interrupt(tmp_path / f"update{i}", "test: update started", delay)
         _clean(got, where, signal.SIGINT)
         latencies.append(got.latency_s)
