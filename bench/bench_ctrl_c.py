@@ -39,18 +39,24 @@ from mltcp.lab.common import plotting  # noqa: E402
 from mltcp.lab.common.provenance import provenance  # noqa: E402
 from tests.interrupt import ctrl_c_when  # noqa: E402
 
-LONG_TRACE = "name,gpus,iterations,arrival_s,model\nlong-a,8,1000000000,0,gpt2\n" \
-             "long-b,8,1000000000,0,gpt2\n"
+# tests/test_cluster_cli.py's run of hours: two jobs of 10^9 iterations
+LONG_TRACE = ("name,arrival_s,model,compute_s,gradient_bytes,gpus,iterations\n"
+              "j0,0,,0.2,100MB,6,1000000000\nj1,0,,0.2,100MB,6,1000000000\n")
 LONG_CONFIG = """name = "long"
-trace = "jobs.csv"
-seeds = [0]
 schedulers = ["fifo/random"]
 networks = ["mltcp"]
+seeds = [0]
+
 [cluster]
 leaves = 2
 servers_per_leaf = 2
-gpus_per_server = 8
-spines = 2
+spines = 1
+gpus_per_server = 4
+server_gbit = 10
+oversubscription = 2
+
+[jobs]
+trace = "jobs.csv"
 """
 
 
