@@ -30,13 +30,24 @@ data_iface = "ens1f0"
 """
 
 
-def test_a_two_host_inventory_with_defaults(tmp_path) -> None:
+def _home_key(tmp_path, monkeypatch) -> str:
+    """GOOD's key, ~/.ssh/lab, in a home of the test's own (a key must exist)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    key = tmp_path / ".ssh" / "lab"
+    key.parent.mkdir()
+    key.write_text("key\n")
+    key.chmod(0o600)
+    return str(key)
+
+
+def test_a_two_host_inventory_with_defaults(tmp_path, monkeypatch) -> None:
+    key = _home_key(tmp_path, monkeypatch)
     path = tmp_path / "inv.toml"
     path.write_text(GOOD)
     inv = load_inventory(path)
     assert inv.names == ("gpu1", "gpu2")
     g1, g2 = inv.hosts
-    assert (g1.user, g1.port, g1.key, g1.gpus) == ("mltcp", 22, "~/.ssh/lab", 8)
+    assert (g1.user, g1.port, g1.key, g1.gpus) == ("mltcp", 22, key, 8)
     assert (g2.user, g2.port, g2.data_addr, g2.gpus) == ("root", 2222, "fd00::12", 0)
     assert g2.python == "/opt/mltcp/.venv/bin/python" and g2.destination == "root@gpu2.lab.example"
     assert inv.host("gpu2") is g2
@@ -86,10 +97,11 @@ def test_unreadable_and_broken_files_are_one_line(tmp_path) -> None:
         load_inventory(binary)
 
 
-def test_one_rank_per_gpu_with_nccl_one_per_host_otherwise(tmp_path) -> None:
+def test_one_rank_per_gpu_with_nccl_one_per_host_otherwise(tmp_path, monkeypatch) -> None:
     from mltcp.lab.scenario.hosts.training import ranks_on
     from mltcp.lab.scenario.spec import Workload
 
+    _home_key(tmp_path, monkeypatch)
     path = tmp_path / "inv.toml"
     path.write_text(GOOD)
     eight, none = load_inventory(path).hosts

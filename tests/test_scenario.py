@@ -533,9 +533,9 @@ def test_workload_sizes_the_model_for_the_hosts_backend() -> None:
 @pytest.mark.parametrize(("workload", "field", "words"), [
     ({"model": "resnet18", "d_model": 64}, "jobs[0].workload.d_model", "only the transformer"),
     ({"model": "transformer", "image_size": 32}, "jobs[0].workload.image_size", "only a CNN"),
-    ({"model": "transformer", "d_model": 0}, "jobs[0].workload.d_model", "between 1"),
+    ({"model": "transformer", "d_model": 0}, "jobs[0].workload.d_model", "between 8"),
     ({"model": "transformer", "d_model": 256, "heads": 3}, "jobs[0].workload.heads",
-     "do not divide"),
+     "does not divide"),
 ])
 def test_bad_workload_size_names_the_field(workload: dict, field: str, words: str) -> None:
     data = dumbbell()

@@ -71,13 +71,16 @@ def test_the_command_refuses_on_one_line(capsys) -> None:
     from mltcp.workloads import ddp
 
     with pytest.raises(SystemExit) as exit_:
-        ddp.main(["--model", "resnet99"])
+        ddp.main(["--model", "resnet18", "--batch", "x"])
     assert exit_.value.code == 2
+    assert ddp.main(["--model", "resnet99"]) == 2
     assert ddp.main(["--model", "resnet18", "--batch", "0"]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 2 and err[0].startswith("python -m mltcp.workloads.ddp: error: "
-                                               "argument --model: invalid choice: 'resnet99'")
-    assert err[1].startswith("python -m mltcp.workloads.ddp: error: --batch: ")
+    assert len(err) == 3 and err[0].startswith("python -m mltcp.workloads.ddp: error: "
+                                               "argument --batch: invalid int value: 'x'")
+    assert err[1].startswith("python -m mltcp.workloads.ddp: error: --model: unknown value "
+                             "'resnet99'; use one of: resnet18, ")
+    assert err[2].startswith("python -m mltcp.workloads.ddp: error: --batch: ")
 
 
 # --------------------------------------------------------------------------- transport

@@ -18,4 +18,5 @@ from __future__ import annotations
 DEFAULT_AGENT_SOCKET = "/run/mltcp/agent.sock"
 AGENT_SOCKET_ENV = "MLTCP_AGENT_SOCKET"
 MAX_LINE = 64 * 1024      # a request or an answer longer than this is not one line
+MAX_SOCKET_PATH = 107     # sun_path's 108 bytes, with its terminating NUL
 OP_SIGNAL = "signal"

@@ -86,6 +86,24 @@ def at_least(value: object, field: str, minimum: int, fix: str) -> int:
     return value  # type: ignore[return-value]
 
 
+def env_integer(environ: Mapping[str, str], name: str, lo: int, hi: int,
+                fix: str) -> int | None:
+    """An integer environment variable in [lo, hi], named as the variable in a refusal
+    (a launcher's ``RANK``, ``WORLD_SIZE``); unset or blank is None."""
+    value = environ.get(name)
+    if value is None or not value.strip():
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise SpecError(name, f"{value!r} is not an integer", fix) from None
+    if number < lo:
+        raise SpecError(name, f"must be >= {lo} (got {number})", fix)
+    if number > hi:
+        raise SpecError(name, f"must be <= {hi} (got {number})", fix)
+    return number
+
+
 def text(value: object, field: str, example: str) -> str:
     if not isinstance(value, str):
         raise SpecError(field, f"must be a string (got {value!r})", f"use e.g. {example}")
@@ -197,6 +215,7 @@ def port_range(value: object, field: str) -> tuple[int, int]:
 
 
 MAX_SEED = 2**32 - 1   # what every backend's RNG accepts
+MAX_WORLD_SIZE = 65_536  # ranks of one job: the hook's WORLD_SIZE, the workload's --workers
 MAX_SEEDS = 10_000     # seeds of one list or range (each a run, or a run per scheme)
 
 

@@ -8,7 +8,11 @@ variables turn the hook on without changing the script beyond two lines:
   ``.jsonl`` file name, ``{rank}`` filled in); unset: no file;
 * ``MLTCP_JOB``: the datapath job's name (``mltcp job attach NAME``);
 * ``MLTCP_HOOK_SIGNAL``: ``1`` to signal the end of each iteration to the agent;
-* ``MLTCP_AGENT_SOCKET``: the agent's socket (default ``/run/mltcp/agent.sock``).
+* ``MLTCP_AGENT_SOCKET``: the agent's socket (default ``/run/mltcp/agent.sock``; at most
+  107 bytes, a Unix socket's limit, checked when the hook signals).
+
+``RANK`` and ``WORLD_SIZE`` are refused as those variables when they are not integers
+or out of range (``WORLD_SIZE`` 1..65536, ``RANK`` below it), never replaced.
 """
 
 from __future__ import annotations
@@ -38,17 +42,12 @@ def env_text(name: str) -> str | None:
     return os.environ.get(name) or None
 
 
-def _env_int(name: str, minimum: int) -> int | None:
-    value = os.environ.get(name)
-    if value is None or not value.strip():
-        return None
-    try:
-        number = int(value)
-    except ValueError:
-        raise SpecError(name, f"{value!r} is not an integer",
-                        "the launcher (torchrun) sets it; unset it otherwise") from None
-    return validate.at_least(number, name, minimum,
-                             "the launcher (torchrun) sets it; unset it otherwise")
+def _env_int(name: str, minimum: int, maximum: int) -> int | None:
+    """A launcher's integer variable, refused as that variable: a world of more than
+    ``validate.MAX_WORLD_SIZE`` ranks (what the workload's ``--workers`` allows) is a
+    typo, not a job."""
+    return validate.env_integer(os.environ, name, minimum, maximum,
+                                "the launcher (torchrun) sets it; unset it otherwise")
 
 
 def _process_group() -> tuple[int, int] | None:
@@ -66,9 +65,10 @@ def identity(rank: int | None, world_size: int | None) -> tuple[int, int]:
     group's, else ``RANK``/``WORLD_SIZE``, else a single process (0 of 1)."""
     group = _process_group()
     if rank is None:
-        rank = group[0] if group else _env_int("RANK", 0)
+        rank = group[0] if group else _env_int("RANK", 0, validate.MAX_WORLD_SIZE - 1)
     if world_size is None:
-        world_size = group[1] if group else _env_int("WORLD_SIZE", 1)
+        world_size = group[1] if group else _env_int("WORLD_SIZE", 1,
+                                                       validate.MAX_WORLD_SIZE)
     rank = validate.at_least(0 if rank is None else rank, "rank", 0,
                              "give the process's rank, an integer >= 0")
     world_size = validate.at_least(1 if world_size is None else world_size, "world_size", 1,

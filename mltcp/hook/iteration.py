@@ -27,7 +27,7 @@ from mltcp.hook.signalling import (
     AgentClient,
     Signaller,
     SignalOutcome,
-    agent_socket_path,
+    checked_socket_path,
 )
 
 
@@ -97,7 +97,7 @@ class IterationHook:
                             "as in `mltcp job attach resnet ...`")
         timeout = validate.number(signal_timeout_s, "signal_timeout_s", 0, 10, "0.2",
                                   lo_open=True)
-        self._signaller = (Signaller(AgentClient(agent_socket_path(agent_socket), timeout),
+        self._signaller = (Signaller(AgentClient(checked_socket_path(agent_socket), timeout),
                                      self.job) if signal and self.job else None)
         self.path = None if out is None else record_path(out, self.rank, self.world_size)
         self._writer = None if self.path is None else RecordWriter(self.path)
@@ -312,5 +312,5 @@ def from_env(*, out: str | os.PathLike[str] | None = None, job: str | None = Non
         out if out is not None else env.env_text("MLTCP_HOOK_OUT"),
         job=job if job is not None else env.env_text("MLTCP_JOB"),
         signal=signal if signal is not None else env.env_flag("MLTCP_HOOK_SIGNAL"),
-        agent_socket=agent_socket if agent_socket is not None
-        else env.env_text("MLTCP_AGENT_SOCKET"))
+        # None: the hook reads $MLTCP_AGENT_SOCKET itself, and names it in a refusal
+        agent_socket=agent_socket)

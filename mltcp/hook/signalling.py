@@ -29,8 +29,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TextIO
 
-from mltcp.core.agent_protocol import AGENT_SOCKET_ENV, DEFAULT_AGENT_SOCKET, MAX_LINE, OP_SIGNAL
-from mltcp.core.errors import MltcpError
+from mltcp.core.agent_protocol import (
+    AGENT_SOCKET_ENV,
+    DEFAULT_AGENT_SOCKET,
+    MAX_LINE,
+    MAX_SOCKET_PATH,
+    OP_SIGNAL,
+)
+from mltcp.core.errors import MltcpError, SpecError
 
 DEFAULT_TIMEOUT_S = 0.2
 QUIET_AFTER_TIMEOUT_S = 5.0
@@ -47,6 +53,21 @@ class SignalFailed(MltcpError):
 def agent_socket_path(path: str | None = None) -> str:
     """The agent's socket: ``path``, else ``$MLTCP_AGENT_SOCKET``, else the default."""
     return path or os.environ.get(AGENT_SOCKET_ENV) or DEFAULT_AGENT_SOCKET
+
+
+def checked_socket_path(path: str | None = None) -> str:
+    """:func:`agent_socket_path`, refused at once (naming ``agent_socket`` or the
+    variable, whichever gave it) when no Unix socket can have it: longer than sun_path's
+    107 bytes, every signal would fail with 'AF_UNIX path too long' while training went
+    on, one warning and no boundary ever reaching the datapath."""
+    chosen = agent_socket_path(path)
+    size = len(os.fsencode(chosen))
+    if size > MAX_SOCKET_PATH:
+        field = "agent_socket" if path else AGENT_SOCKET_ENV
+        raise SpecError(field, f"{chosen} is {size} bytes, longer than a Unix socket's "
+                        f"{MAX_SOCKET_PATH}", "give the agent's --signal-socket path, which "
+                        f"is at most {MAX_SOCKET_PATH} bytes (default {DEFAULT_AGENT_SOCKET})")
+    return chosen
 
 
 @dataclass(frozen=True)

@@ -37,14 +37,13 @@ import threading
 from pathlib import Path
 
 from mltcp.core import validate
-from mltcp.core.agent_protocol import MAX_LINE, OP_SIGNAL
+from mltcp.core.agent_protocol import MAX_LINE, MAX_SOCKET_PATH, OP_SIGNAL
 from mltcp.core.errors import MltcpError, SpecError
 from mltcp.host import datapath, jobs
 
 log = logging.getLogger("mltcp.host.signal_socket")
 
 READ_DEADLINE_S = 2.0
-MAX_SOCKET_PATH = 107                 # sun_path's 108 bytes, with its terminating NUL
 _PEERCRED = struct.Struct("3i")      # struct ucred: pid, uid, gid
 
 

@@ -27,15 +27,17 @@ GPU or per CPU host::
   each host sends per iteration in a ring all-reduce of ``--workers`` ranks (the job's
   byte budget), without training.
 
-Rank 0 prints progress; a bad flag is one line naming it (exit 2), a missing PyTorch or
-GPU one line too (exit 3).
+Rank 0 prints progress; a bad flag or variable is one line naming it (exit 2), a missing
+PyTorch or GPU one line too (exit 3), and so is Ctrl-C (exit 130, the records closed).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
+import signal
 import statistics
 import sys
 import time
@@ -43,6 +45,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mltcp import hook
+from mltcp.core import signals
 from mltcp.core.budget import JobDescription
 from mltcp.core.errors import CapabilityError, SpecError
 from mltcp.workloads import spec as spec_
@@ -192,12 +195,26 @@ def _announce(run: RunSpec, params: int, grad: int, world: int, transport: str,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command: 0 when every iteration ran; 2 for bad input, 3 for what the host
+    lacks, 130 for Ctrl-C, each with one line on stderr.
+
+    Ctrl-C (in a terminal it reaches torchrun and every rank of its process group) unwinds
+    the rank: the hook's records are closed and the process group is destroyed in
+    :func:`train`'s ``finally``, a second Ctrl-C during that is ignored, and the rank says
+    so in one line instead of a traceback per rank.  SIGTERM keeps its default (the
+    process ends at once): it is what a launcher sends to stop a rank that may be stuck
+    inside a collective, where no Python handler would run."""
     try:
-        run = spec_.parse(argv)
-        if run.describe:
-            print(json.dumps(describe(run)))
-            return 0
-        return train(run)
+        with signals.unwinding((signal.SIGINT,), exiting=True):
+            run = spec_.parse(argv)
+            if run.describe:
+                print(json.dumps(describe(run)))
+                return 0
+            return train(run)
+    except KeyboardInterrupt:
+        with contextlib.suppress(OSError):
+            sys.stderr.write(f"{spec_.PROG}: interrupted (SIGINT)\n")
+        return signals.exit_code(signal.SIGINT)
     except SpecError as exc:
         return spec_.fail(exc)
     except CapabilityError as exc:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from mltcp.core import validate
+from mltcp.core import workload as workload_rules
 from mltcp.core.aggressiveness import PRESETS, Aggressiveness
 from mltcp.core.budget import Collective, JobDescription
 from mltcp.core.dcqcn.policy import Mode
@@ -71,8 +72,7 @@ WORKLOAD_SIZE_KEYS = ("d_model", "layers", "heads", "seq", "vocab")
 WORKLOAD_IMAGE_KEYS = ("image_size",)    # the CNNs' input size
 _WORKLOAD_KEYS = ("model", "batch", "preset", "backend", "gpu_time_ms", "signal",
                   *WORKLOAD_SIZE_KEYS, *WORKLOAD_IMAGE_KEYS)
-WORKLOAD_PRESETS = ("tiny", "small", "base")   # the transformer's sizes (mltcp.workloads)
-_MODEL_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+# The workload's "auto" is not offered: a scenario says which library its hosts use.
 WORKLOAD_BACKENDS = ("gloo", "nccl")
 _PHASE_KEYS = ("compute_ms", "share")
 MAX_PHASES = 16
@@ -307,6 +307,25 @@ class Workload:
                "gpu_time_ms": self.gpu_time_ms, "signal": self.signal}
         return (out | ({"preset": self.preset} if self.preset is not None else {})
                 | dict(self.size))
+
+    def model_args(self) -> list[str]:
+        """The workload's model flags (``--describe`` takes these alone)."""
+        args = ["--model", self.model, "--batch", str(self.batch)]
+        if self.preset is not None:
+            args += ["--preset", self.preset]
+        for key, value in self.size:
+            args += [f"--{key.replace('_', '-')}", str(value)]
+        return args
+
+    def argv(self, iterations: int, seed: int = 0) -> list[str]:
+        """The command line of ``python -m mltcp.workloads.ddp`` for this table: what the
+        hosts backend runs on every host, and what the scenario checks by the workload's
+        own rules (:mod:`mltcp.core.workload`) when it is read."""
+        args = [*self.model_args(), "--iterations", str(iterations), "--backend", self.backend,
+                "--seed", str(seed)]
+        if self.gpu_time_ms:
+            args += ["--gpu-time-ms", repr(self.gpu_time_ms)]
+        return args
 
 
 @dataclass(frozen=True)
@@ -773,41 +792,60 @@ def _parse_job(raw: object, index: int, topology: Topology) -> ScenarioJob:
         hosts = _parse_placement(t.data["placement"], t.at("placement"), workers, topology)
     workload = None
     if "workload" in t.data:
-        workload = _parse_workload(t.data["workload"], t.at("workload"))
+        workload = _parse_workload(t.data["workload"], t.at("workload"), path, iterations)
     return ScenarioJob(name, compute, size, workers, iterations, hosts, connections, offset,
                        collective, phases, jitter, workload)
 
 
-def _parse_workload(raw: object, field: str) -> Workload:
+def _parse_workload(raw: object, field: str, job: str, iterations: int) -> Workload:
+    """A job's ``workload`` table.  Here only its shape and types, and the scenario's own
+    choice of library; its values are checked by the workload's own rules on the very
+    command line the hosts backend builds from it (:meth:`Workload.argv`), so that what
+    is accepted here is never refused on the hosts, and every backend refuses the same
+    files (``--backend fluid`` too, which does not run the workload)."""
     example = 'workload = {model = "resnet18", batch = 8}'
     t = _Table(raw, field, _WORKLOAD_KEYS, example)
-    model = validate.name(t.get("model", 'model = "resnet18"'), t.at("model"), _MODEL_NAME,
-                          "a model name of the bundled DDP workload", '"resnet18"')
-    batch = validate.integer(t.get("batch", "", 8), t.at("batch"), 1, 65536, "batch = 8")
+    model = validate.text(t.get("model", 'model = "resnet18"'), t.at("model"), '"resnet18"')
+    batch = _whole(t.get("batch", "", 8), t.at("batch"), "batch = 8")
     backend = validate.choice(t.get("backend", "", "gloo"), t.at("backend"), WORKLOAD_BACKENDS)
-    pad = validate.number(t.get("gpu_time_ms", "", 0.0), t.at("gpu_time_ms"), 0, MAX_COMPUTE_MS,
-                          "gpu_time_ms = 100")
+    pad = validate.finite(t.get("gpu_time_ms", "", 0.0), t.at("gpu_time_ms"),
+                          "use e.g. gpu_time_ms = 100")
     signal = validate.flag(t.get("signal", "", False), t.at("signal"), "signal = true")
     preset = None
     if "preset" in t.data:
-        if model != "transformer":
-            raise SpecError(t.at("preset"), f"only the transformer has presets (model {model!r})",
-                            "drop preset, or use model = \"transformer\"")
-        preset = validate.choice(t.data["preset"], t.at("preset"), WORKLOAD_PRESETS)
-    size = []
-    for key in (*WORKLOAD_SIZE_KEYS, *WORKLOAD_IMAGE_KEYS):
-        if key in t.data:
-            if (model == "transformer") != (key in WORKLOAD_SIZE_KEYS):
-                kind = "the transformer" if key in WORKLOAD_SIZE_KEYS else "a CNN"
-                raise SpecError(t.at(key), f"only {kind} is sized by {key} "
-                                f"(model {model!r})", f"drop {key}")
-            size.append((key, validate.integer(t.data[key], t.at(key), 1, 1_000_000,
-                                               f"{key} = 256")))
-    sized = dict(size)
-    if "d_model" in sized and "heads" in sized and sized["d_model"] % sized["heads"]:
-        raise SpecError(t.at("heads"), f"{sized['heads']} heads do not divide d_model "
-                        f"{sized['d_model']}", "use a divisor of d_model, e.g. heads = 4")
-    return Workload(model, batch, backend, pad, signal, preset, tuple(size))
+        preset = validate.text(t.data["preset"], t.at("preset"), 'preset = "small"')
+    size = tuple((key, _whole(t.data[key], t.at(key), f"{key} = 256"))
+                 for key in (*WORKLOAD_SIZE_KEYS, *WORKLOAD_IMAGE_KEYS) if key in t.data)
+    workload = Workload(model, batch, backend, float(pad), signal, preset, size)
+    try:
+        workload_rules.parse(workload.argv(iterations), environ={})
+    except SpecError as err:
+        raise _as_table_error(err, field, job) from None
+    return workload
+
+
+def _whole(value: object, field: str, example: str) -> int:
+    """An integer (its range is the workload's to check)."""
+    if not validate.is_integer(value):
+        raise SpecError(field, f"must be an integer (got {value!r})", f"use e.g. {example}")
+    return value  # type: ignore[return-value]
+
+
+def _as_table_error(err: SpecError, field: str, job: str) -> SpecError:
+    """The workload's refusal of a flag as the scenario's: ``--heads`` is
+    ``jobs[0].workload.heads`` (``--iterations`` the job's own ``iterations``), and
+    ``--d-model 256`` in the text is ``d_model = 256``."""
+    def key(flag: str) -> str:
+        return flag.removeprefix("--").replace("-", "_")
+
+    def text(words: str) -> str:
+        words = re.sub(r"--([a-z][a-z-]*) (?=[0-9])", lambda m: f"{key(m.group(1))} = ", words)
+        return re.sub(r"--([a-z][a-z-]*)", lambda m: key(m.group(1)), words)
+
+    name = key(err.field)
+    where = (_join(job, name) if name == "iterations" else
+             _join(field, name) if name in _WORKLOAD_KEYS else field)
+    return SpecError(where, text(err.problem), text(err.fix))
 
 
 def _parse_phases(raw: object, field: str) -> tuple[JobPhase, ...]:
