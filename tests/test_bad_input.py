@@ -225,6 +225,171 @@ ROWS: list[Row] = [
 ]
 
 
+# --------------------------------------------------------------------------- second round
+# Issue 25: the hosts inventory (refused in the backend's check, before any SSH) and a
+# job's workload table (refused when the scenario is read, on every backend).
+
+HOSTS = ("--backend", "hosts", "--inventory", "{dir}/inv.toml", "--out", "{dir}/out")
+# the pair with a workload on both jobs: what the hosts backend runs
+HOSTS_SCENARIO = SCENARIO.replace(
+    "iterations = 40", 'iterations = 40\nworkload = {model = "resnet18", batch = 8}')
+_HOST = ('[[hosts]]\nname = "gpu{i}"\nssh = "10.0.0.1{i}"\ndata_addr = "192.168.50.1{i}"\n'
+         'data_iface = "ens1f0"\n')
+
+
+def _inventory(defaults: str = "", first: str = "", second: str = "") -> str:
+    """Four hosts (the pair places its jobs on h1..h4); ``defaults``, ``first`` and
+    ``second`` are lines replacing or adding keys of [defaults] and the first two hosts."""
+    def merged(body: str, extra: str) -> str:
+        keys = {line.split("=")[0].strip() for line in extra.splitlines()}
+        kept = [x for x in body.splitlines() if x.split("=")[0].strip() not in keys]
+        return "\n".join([*kept, *extra.splitlines()]) + "\n"
+
+    hosts = [_HOST.format(i=i) for i in range(1, 5)]
+    hosts[0], hosts[1] = merged(hosts[0], first), merged(hosts[1], second)
+    head = merged('[defaults]\nuser = "root"\npython = "/opt/mltcp/.venv/bin/python"',
+                  defaults)
+    return head + "\n" + "\n".join(hosts)
+
+
+def _inv_row(says: str, note: str, defaults: str = "", first: str = "", second: str = "",
+             extra: tuple = ()) -> Row:
+    return Row(("run", "{dir}/s.toml", *HOSTS), 2, says,
+               (("s.toml", HOSTS_SCENARIO), ("inv.toml", _inventory(defaults, first, second)),
+                *extra), note)
+
+
+def _wl_row(table: str, says: str, note: str, argv: tuple = ()) -> Row:
+    text = SCENARIO.replace("iterations = 40",
+                            f"iterations = 40\nworkload = {table}", 1)
+    return Row(argv or ("run", "{dir}/s.toml", *FLUID), 2, says,
+               (("s.toml", text),), note)
+
+
+HOSTS_ROWS: list[Row] = [
+    # a job's workload table, checked by the workload's own rules when the scenario is read
+    _wl_row('{model = "nosuch"}', "jobs[0].workload.model", 'workload = {model = "nosuch"}'),
+    _wl_row('{model = "Resnet18"}', "jobs[0].workload.model",
+            'workload = {model = "Resnet18"}'),
+    _wl_row('{model = "transformer", heads = 5}', "jobs[0].workload.heads",
+            "a transformer whose 5 heads do not divide the preset's width 256"),
+    _wl_row('{model = "transformer", preset = "tiny", heads = 3}', "jobs[0].workload.heads",
+            "the tiny preset (width 64) with 3 heads"),
+    _wl_row('{model = "transformer", d_model = 7}', "jobs[0].workload.d_model",
+            "d_model = 7, below the workload's 8"),
+    _wl_row('{model = "transformer", d_model = 20000}', "jobs[0].workload.d_model",
+            "d_model = 20000, above the workload's 16384"),
+    _wl_row('{model = "transformer", vocab = 1}', "jobs[0].workload.vocab",
+            "vocab = 1, below the workload's 2"),
+    _wl_row('{model = "transformer", seq = 1}', "jobs[0].workload.seq",
+            "seq = 1, below the workload's 2"),
+    _wl_row('{model = "transformer", seq = 100000}', "jobs[0].workload.seq",
+            "seq = 100000, above the workload's 65536"),
+    _wl_row('{model = "transformer", layers = 300}', "jobs[0].workload.layers",
+            "layers = 300, above the workload's 256"),
+    _wl_row('{model = "transformer", heads = 300}', "jobs[0].workload.heads",
+            "heads = 300, above the workload's 256"),
+    _wl_row('{model = "resnet18", image_size = 16}', "jobs[0].workload.image_size",
+            "image_size = 16, below the workload's 32"),
+    _wl_row('{model = "resnet18", image_size = 2000}', "jobs[0].workload.image_size",
+            "image_size = 2000, above the workload's 1024"),
+    _wl_row('{model = "resnet18", batch = 0}', "jobs[0].workload.batch",
+            "workload batch = 0"),
+    _wl_row('{model = "resnet18", batch = 70000}', "jobs[0].workload.batch",
+            "workload batch = 70000, above the workload's 65536"),
+    _wl_row('{model = "resnet18", batch = "8"}', "jobs[0].workload.batch",
+            'workload batch = "8", a string'),
+    _wl_row('{model = "resnet18", gpu_time_ms = 700000}', "jobs[0].workload.gpu_time_ms",
+            "gpu_time_ms = 700000, above the workload's 600000"),
+    _wl_row('{model = "resnet18", gpu_time_ms = inf}', "jobs[0].workload.gpu_time_ms",
+            "gpu_time_ms = inf"),
+    _wl_row('{model = "resnet18", d_model = 64}', "jobs[0].workload.d_model",
+            "a transformer size on a CNN"),
+    _wl_row('{model = "resnet18", preset = "base"}', "jobs[0].workload.preset",
+            "a preset on a CNN"),
+    _wl_row('{model = "transformer", image_size = 64}', "jobs[0].workload.image_size",
+            "an image size on the transformer"),
+    _wl_row('{model = "transformer", preset = "large"}', "jobs[0].workload.preset",
+            'preset = "large"'),
+    _wl_row('{model = "resnet18", backend = "auto"}', "jobs[0].workload.backend",
+            'workload backend = "auto" (the workload\'s default, not a scenario\'s)'),
+    _wl_row('{model = "transformer", d_model = 16384, layers = 256, vocab = 1000000}',
+            "jobs[0].workload.d_model", "~10^12 parameters, every size in range"),
+    _wl_row('{model = "transformer", preset = "base", batch = 65536}',
+            "jobs[0].workload.batch", "GPT-2-base sized with batch 65536: 16 TiB of "
+            "activations per rank"),
+    _wl_row('{model = "vgg19", image_size = 1024, batch = 65536}',
+            "jobs[0].workload.batch", "vgg19 on 1024x1024 images, batch 65536"),
+    _wl_row('{model = "transformer", heads = 5}', "jobs[0].workload.heads",
+            "heads = 5 through compare", ("compare", "{dir}/s.toml", *FLUID)),
+    _wl_row('{model = "transformer", heads = 5}', "jobs[0].workload.heads",
+            "heads = 5 through sweep", ("sweep", "{dir}/s.toml", "--out", "{dir}/out",
+                                        "--param", "slope=1,2")),
+    _wl_row('{model = "transformer", heads = 5}', "jobs[0].workload.heads",
+            "heads = 5 on the hosts backend: refused before the inventory is read",
+            ("run", "{dir}/s.toml", *HOSTS)),
+    # the hosts inventory, refused when it is read, before any SSH connection
+    _inv_row("hosts[0].data_addr", "data_addr 0.0.0.0", first='data_addr = "0.0.0.0"'),
+    _inv_row("hosts[0].data_addr", "data_addr ::", first='data_addr = "::"'),
+    _inv_row("hosts[0].data_addr", "data_addr loopback 127.0.0.1",
+             first='data_addr = "127.0.0.1"'),
+    _inv_row("hosts[0].data_addr", "data_addr loopback ::1", first='data_addr = "::1"'),
+    _inv_row("hosts[0].data_addr", "data_addr multicast 224.0.0.1",
+             first='data_addr = "224.0.0.1"'),
+    _inv_row("hosts[0].data_addr", "data_addr broadcast 255.255.255.255",
+             first='data_addr = "255.255.255.255"'),
+    _inv_row("hosts[0].data_addr", "data_addr reserved 240.0.0.1",
+             first='data_addr = "240.0.0.1"'),
+    _inv_row("hosts[0].data_addr", "data_addr 0.1.2.3 ('this network', 0.0.0.0/8)",
+             first='data_addr = "0.1.2.3"'),
+    _inv_row("hosts[0].ssh", "ssh a 254-character name",
+             first=f'ssh = "{"a" * 63}.{"b" * 63}.{"c" * 63}.{"d" * 62}"'),
+    _inv_row("hosts[0].data_addr", "data_addr link-local IPv6 without a zone",
+             first='data_addr = "fe80::1"'),
+    _inv_row("hosts[0].data_addr", "data_addr with a zone id",
+             first='data_addr = "fe80::1%ens1f0"'),
+    _inv_row("hosts[1].data_addr", "data_addr: host 1's as IPv4-mapped IPv6",
+             second='data_addr = "::ffff:192.168.50.11"'),
+    _inv_row("hosts[0].ssh", "ssh 10.0.0.256", first='ssh = "10.0.0.256"'),
+    _inv_row("hosts[0].ssh", "ssh 999", first='ssh = "999"'),
+    _inv_row("hosts[0].ssh", "ssh 0.0.0.0", first='ssh = "0.0.0.0"'),
+    _inv_row("hosts[0].ssh", "ssh gpu1.123 (an all-digit last label)",
+             first='ssh = "gpu1.123"'),
+    _inv_row("hosts[0].data_iface", "data_iface .", first='data_iface = "."'),
+    _inv_row("hosts[0].data_iface", "data_iface ..", first='data_iface = ".."'),
+    _inv_row("hosts[0].data_iface", "data_iface eth0:1 (an address label)",
+             first='data_iface = "eth0:1"'),
+    _inv_row("hosts[0].data_iface", "data_iface with a slash", first='data_iface = "a/b"'),
+    _inv_row("defaults.python", "python with a space and an option",
+             defaults='python = "/opt/my venv/python -u"'),
+    _inv_row("defaults.key", "key: no such file next to the inventory",
+             defaults='key = "nosuch_key"'),
+    _inv_row("defaults.key", "key under ~ that does not exist", defaults='key = "~/nosuch"'),
+    _inv_row("defaults.key", "key is a directory", defaults='key = "."'),
+    _inv_row("defaults.key", "key /dev/null", defaults='key = "/dev/null"'),
+    _inv_row("hosts[1].key", "a host's own key missing", second='key = "gpu2_key"'),
+    _inv_row("defaults.known_hosts", "known_hosts: no such file",
+             defaults='known_hosts = "nosuch_known_hosts"'),
+    _inv_row("defaults.known_hosts", "known_hosts is a directory",
+             defaults='known_hosts = "."'),
+    _inv_row("defaults.known_hosts", "known_hosts /dev/null (strict checking refuses every "
+             "host)", defaults='known_hosts = "/dev/null"'),
+    _inv_row("defaults.known_hosts", "known_hosts without a key",
+             defaults='known_hosts = "known"', extra=(("known", "# none yet\n"),)),
+    Row(("run", "{dir}/s.toml", "--backend", "hosts", "--inventory", "{dir}/conf/inv.toml",
+         "--out", "{dir}/out"), 2, "defaults.key",
+        (("s.toml", HOSTS_SCENARIO), ("id_lab", "key\n"),
+         ("conf/inv.toml", _inventory('key = "id_lab"'))),
+        "key id_lab in the working directory, not beside conf/inv.toml"),
+    Row(("run", "{dir}/s.toml", *HOSTS), 2, "hosts[0].data_addr",
+        (("s.toml", HOSTS_SCENARIO),
+         ("inv.toml", b"\xef\xbb\xbf" + _inventory(first='data_addr = "0.0.0.0"').encode())),
+        "an inventory with a UTF-8 BOM (read, not a syntax error) and data_addr 0.0.0.0"),
+]
+
+ROWS += HOSTS_ROWS
+
+
 @dataclass(frozen=True)
 class Answer:
     code: int
