@@ -6,6 +6,7 @@ runs and with each other."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -295,11 +296,19 @@ def test_cells_are_means_over_seeds_and_no_fair_means_no_ratios(tmp_path: Path) 
 
 
 def test_jobs_that_do_not_fit_fail_before_any_run(tmp_path: Path) -> None:
-    cfg = config.parse_config(_data(jobs={"trace": str(_trace(
-        tmp_path, TRACE.replace("d,1,2,", "d,1,20,")))}))
+    """A trace's job too large for the cluster is refused when the config is read,
+    naming its line (issue 25); a config made in code is refused before any run, naming
+    the job source, not a job."""
+    big = _trace(tmp_path, TRACE.replace("d,1,2,", "d,1,20,"))
+    with pytest.raises(SpecError, match=r"jobs\.csv:5 \(row 4\) column gpus"):
+        config.parse_config(_data(jobs={"trace": str(big)}))
+    cfg = config.parse_config(_data(jobs={"trace": str(_trace(tmp_path))}))
+    jobs = tuple(dataclasses.replace(j, gpus=20) if j.name == "d" else j
+                 for j in cfg.jobs.requests(0))
+    made = dataclasses.replace(cfg, jobs=config.TraceJobs(big, jobs))
     ran: list[object] = []
-    with pytest.raises(SpecError, match=r"jobs\[d\]\.gpus"):
-        experiment.execute(cfg, progress=lambda *a: ran.append(a))
+    with pytest.raises(SpecError, match=r"^jobs\.trace: job d \(seed 0\) asks for 20 GPUs"):
+        experiment.execute(made, progress=lambda *a: ran.append(a))
     assert ran == []
 
 

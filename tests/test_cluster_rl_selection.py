@@ -123,7 +123,7 @@ def test_training_writes_the_checkpoint_with_the_best_evaluation(tmp_path, monke
     scores = iter([8.0, 7.0, 3.0, 5.0, 4.0])
     seen: list[tuple[int, dict]] = []
 
-    def judged(act, cfg):                        # scripted scores; remember each policy
+    def judged(act, cfg, progress=None):         # scripted scores; remember each policy
         model = act.__self__.model
         seen.append((model.num_timesteps, {k: v.numpy().copy()
                                            for k, v in model.policy.state_dict().items()}))

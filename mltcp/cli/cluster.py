@@ -49,7 +49,9 @@ def register(sub: Any) -> None:
                                          "(deepshare-rl) on the simulator; write NAME.zip, "
                                          "NAME.json and NAME-curves.png")
     tr.add_argument("--out", required=True, help="output directory")
-    tr.add_argument("--name", default="policy", help="file name stem (default: policy)")
+    tr.add_argument("--name", default="policy",
+                    help="file name stem: letters, digits, '.', '_', '-', at most 100, "
+                         "without .zip, which is added (default: policy)")
     tr.add_argument("--trace", choices=("normal", "heavy", "medium", "low"),
                     help="deepshare-rl's trace whose training job sets make the episodes "
                          "(default: normal)")
@@ -111,10 +113,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from mltcp.lab.common.outdir import make_out_dir
 
     cfg = config.load_config(args.config)
+    jobs = experiment.job_lists(cfg)        # checked, as the runs will, before --out exists
     make_out_dir(args.out)
     try:
         result = experiment.execute(cfg, parallel=args.parallel or 1, dask_address=args.dask,
-                                    out_dir=args.out, force=args.force)
+                                    out_dir=args.out, force=args.force, jobs=jobs)
     except experiment.RunsInterrupted as stop:
         return _interrupted(stop.result, stop.signo, args.out, write=True)
     try:
@@ -165,6 +168,27 @@ def _job_sets(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"{err.problem}; {err.fix}") from None
 
 
+# rl-train's options that only mean something with another: given alone, each would be
+# accepted and ignored (and left out of the command recorded with the policy).
+NEEDS = {"select_every": ("select_sets", "200-204"), "select_by": ("select_sets", "200-204"),
+         "warm_start_epochs": ("warm_start", "deepshare-first-fit")}
+
+
+def _flag(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def _check_needed(args: argparse.Namespace) -> None:
+    """Refuse an option given without the option it belongs to (:data:`NEEDS`)."""
+    from mltcp.core.errors import SpecError
+
+    for option, (needed, example) in NEEDS.items():
+        if getattr(args, option) is not None and getattr(args, needed) is None:
+            raise SpecError(_flag(option), f"is given without {_flag(needed)}, the only "
+                            "thing it applies to", f"add {_flag(needed)} (e.g. {_flag(needed)} "
+                            f"{example}) or drop {_flag(option)}")
+
+
 def cmd_rl_train(args: argparse.Namespace) -> int:
     import shlex
 
@@ -178,11 +202,14 @@ def cmd_rl_train(args: argparse.Namespace) -> int:
                                             "jct_weight", "select_sets", "select_every",
                                             "select_by", "warm_start", "warm_start_epochs")
              if getattr(args, k) is not None}
+    _check_needed(args)
     try:
         cfg = rl_train.TrainConfig(**given)       # the defaults are TrainConfig's
     except SpecError as err:                      # named by its flag, before any output
-        raise SpecError("--" + err.field.replace("_", "-"), err.problem, err.fix) from None
+        raise SpecError(_flag(err.field), err.problem, err.fix) from None
+    rl_train.policy_name(args.name, "--name")
     make_out_dir(args.out)
+    rl_train.check_outputs(args.out, args.name)
     # the command that reproduces this policy, every setting spelt out
     flags = ["--out", args.out, "--name", args.name, "--trace", cfg.trace, "--w1", cfg.w1,
              "--timesteps", cfg.timesteps, "--jobs", cfg.jobs, "--duration-s", cfg.duration_s,
@@ -221,6 +248,6 @@ def cmd_schedulers(args: argparse.Namespace) -> int:
     print(f"  placements: {', '.join(known['placements'])}")
     print(f"  named:      {', '.join(known['named']) or '(none registered)'}")
     print("  rl-base@POLICY.zip, rl-hybrid@POLICY.zip: the RL scheduler with a policy of "
-          "mltcp cluster rl-train")
+          "mltcp cluster rl-train (a path relative to the config, or a shipped policy's name)")
     print(f"networks:     {', '.join(known['networks'])}")
     return 0

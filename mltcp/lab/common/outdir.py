@@ -12,6 +12,8 @@ from mltcp.core.errors import SpecError
 def make_out_dir(path: str, flag: str = "--out") -> str:
     """Create ``path`` (and its parents) and check that it can be written; a file in the
     way or a read-only place is a one-line SpecError naming ``flag``."""
+    if not str(path).strip():
+        raise SpecError(flag, "is empty", f"give a directory, e.g. {flag} results")
     try:
         Path(path).mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -27,6 +27,7 @@ import datetime
 import hashlib
 import json
 import shutil
+import stat
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from typing import Any
 
 import mltcp
 from mltcp.core.errors import SpecError
+from mltcp.lab.common import inputfile
 from mltcp.lab.common.atomic import write_json
 
 MANIFEST = "runset.json"
@@ -146,6 +148,26 @@ def results_in(out_dir: str | Path) -> list[Path]:
     return sorted({p for pattern in OUTPUTS for p in out.glob(pattern)})
 
 
+# The results that are directories (a scenario's traces); every other result is a file.
+RESULT_DIRS = ("traces",)
+
+
+def _check_in_the_way(out: Path, flag: str) -> None:
+    """Refuse an entry of ``out`` that has a result's name but is not what the lab
+    writes there: a directory (or a link, a FIFO) named ``report.json`` is the user's,
+    not a result, and ``--force`` must not delete it (it used to rmtree it); found only
+    when the result is written, it would fail after every run."""
+    for path in results_in(out):
+        mode = path.lstat().st_mode
+        wanted = stat.S_ISDIR if path.name in RESULT_DIRS else stat.S_ISREG
+        if not wanted(mode):
+            found = "a symbolic link" if stat.S_ISLNK(mode) else \
+                (inputfile.kind(mode) or "a file")
+            raise SpecError(flag, f"{path} is {found}, where a result of this name is "
+                            "written", "move it away (--force removes only the lab's own "
+                            "results), or give another directory")
+
+
 def claim(out_dir: str | Path, runset: RunSet, force: bool = False,
           flag: str = "--out") -> RunSet:
     """Make ``out_dir`` hold ``runset``, before anything runs.
@@ -154,6 +176,7 @@ def claim(out_dir: str | Path, runset: RunSet, force: bool = False,
     naming ``flag``, unless ``force``: then its results are removed first.  The same
     run set is extended.  Returns the run set as now recorded."""
     out = Path(out_dir)
+    _check_in_the_way(out, flag)
     try:
         current = read(out)
     except SpecError:

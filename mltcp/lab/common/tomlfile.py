@@ -21,10 +21,12 @@ def example_names(folder: Traversable) -> list[str]:
 
 def read_toml(source: Path | Traversable, field: str, examples: list[str]) -> dict[str, Any]:
     """The table of the TOML file ``source``; a missing, unreadable, non-UTF-8 or
-    malformed file is a SpecError on ``field`` (a missing one lists ``examples``)."""
+    malformed file is a SpecError on ``field`` (a missing one lists ``examples``).  A
+    leading UTF-8 byte-order mark, which Windows editors write and TOML does not allow,
+    is dropped rather than reported as a syntax error at line 1, column 1."""
     label = str(source)
     try:
-        text = source.read_bytes().decode("utf-8")
+        text = source.read_bytes().decode("utf-8").removeprefix("\ufeff")
     except FileNotFoundError:
         raise SpecError(field, f"{label}: no such file",
                         f"give an existing .toml file or one of: {', '.join(examples)}"

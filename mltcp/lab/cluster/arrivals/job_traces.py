@@ -33,6 +33,14 @@ Blank lines and lines starting with ``#`` are skipped; an unknown or missing col
 an empty required cell or a bad value is one :class:`~mltcp.core.errors.SpecError`
 naming the file, line, row and column.  Reading what :func:`format_csv` wrote gives
 equal requests (floats are written with ``repr``).
+
+The file is UTF-8 (a leading byte-order mark, as Windows editors write, is dropped;
+other bytes are refused naming the line and the byte).  A row is a line, so a quoted
+cell cannot hold a line break (refused as such); a header separated by semicolons or
+tabs is refused as not comma-separated; a header without rows is refused (an
+experiment of no jobs has nothing to report).  ``gradient_bytes`` has one cap in both
+forms, 1e13 bytes.  A job with ``compute_s`` and
+``gradient_bytes`` both 0 takes no time and is refused.
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ import difflib
 import io
 import math
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -51,11 +59,19 @@ from mltcp.core import validate
 from mltcp.core.errors import SpecError
 from mltcp.lab.cluster.arrivals import catalogue
 from mltcp.lab.cluster.engine.simulator import JobRequest, poisson_arrivals
+from mltcp.lab.common import inputfile
 
 T = TypeVar("T")
 
 COLUMNS = ("name", "arrival_s", "model", "compute_s", "gradient_bytes", "gpus", "iterations")
 REQUIRED = ("name", "arrival_s", "gpus", "iterations")
+MAX_GRADIENT_BYTES = 1e13       # the simulator's cap (gpu_jobs.check_costs)
+MAX_GPUS = 1 << 20
+# Reading a trace holds its bytes, its text and a str per line at once (a str costs
+# ~50 bytes beyond its characters, and rows are ~20-40 characters): a file is refused
+# before it is read when this many times its size exceeds the memory budget.
+TEXT_MEMORY_FACTOR = 6
+OTHER_SEPARATORS = {";": "semicolons", "\t": "tabs", "|": "'|'"}
 
 
 @dataclass(frozen=True)
@@ -198,15 +214,21 @@ def _integer(text: str, field: str, lo: int, hi: int, example: str) -> int:
 
 
 def _bytes(text: str, field: str) -> float:
+    """Gradient bytes as a number (``4.2e8``) or a size (``100MB``), under one cap for
+    both forms: at most 1e13, what a job may reduce per iteration (the size form used to
+    pass any size here and be refused later, naming a job instead of the cell).  A
+    number may have a fraction: the simulator's costs are real numbers, and what
+    :func:`format_csv` writes (``repr`` of a float) must read back."""
     try:
         value = float(text)
     except ValueError:
-        return float(validate.parse_bytes(text, field))
-    return validate.number(value, field, 0, 1e13, "100e6")
+        value = float(validate.parse_bytes(text, field))
+    return validate.number(value, field, 0, MAX_GRADIENT_BYTES, "100e6",
+                           fix="give at most 1e13 bytes, e.g. 100e6 or 100MB")
 
 
 def _row(cells: Mapping[str, str], source: str, line: int, row: int,
-         seen: set[str]) -> JobRequest:
+         seen: set[str], max_gpus: int = MAX_GPUS) -> JobRequest:
     def at(column: str) -> str:
         return _cell_field(source, line, row, column)
 
@@ -218,7 +240,10 @@ def _row(cells: Mapping[str, str], source: str, line: int, row: int,
         raise SpecError(at("name"), f"{name!r} is used by an earlier row",
                         "give every job its own name")
     arrival = _number(cells["arrival_s"].strip(), at("arrival_s"), 0, 1e9, "12.5")
-    gpus = _integer(cells["gpus"].strip(), at("gpus"), 1, 1 << 20, "8")
+    gpus = _integer(cells["gpus"].strip(), at("gpus"), 1, MAX_GPUS, "8")
+    if gpus > max_gpus:
+        raise SpecError(at("gpus"), f"{gpus} is more than the cluster's {max_gpus} GPUs",
+                        f"ask for at most {max_gpus}, or give [cluster] more servers")
     iterations = _integer(cells["iterations"].strip(), at("iterations"), 1, 10**9, "1000")
     model = cells.get("model", "").strip()
     compute = cells.get("compute_s", "").strip()
@@ -235,58 +260,130 @@ def _row(cells: Mapping[str, str], source: str, line: int, row: int,
         given = "a model" if model else "the other cost"
         raise SpecError(at(missing), f"is empty, with {given} given",
                         "give a catalogue model alone, or both compute_s and gradient_bytes")
-    return JobRequest(name, arrival, gpus,
-                      _number(compute, at("compute_s"), 0, 86_400, "0.2"),
-                      _bytes(nbytes, at("gradient_bytes")), iterations, model)
+    compute_s = _number(compute, at("compute_s"), 0, 86_400, "0.2")
+    gradient_bytes = _bytes(nbytes, at("gradient_bytes"))
+    if compute_s == 0 and gradient_bytes == 0:
+        raise SpecError(at("compute_s"), "is 0 and so is gradient_bytes: the job would take "
+                        "no time", "give the job a compute time or gradient bytes per "
+                        "iteration (or a catalogue model)")
+    return JobRequest(name, arrival, gpus, compute_s, gradient_bytes, iterations, model)
 
 
-def parse_csv(text: str, source: str = "<trace>") -> list[JobRequest]:
-    """The jobs of a CSV trace (the module docstring's format), in file order."""
+def _cells(text: str, where: str) -> list[str]:
+    """The cells of one line of CSV.  Strict: a quote left open is refused, not read
+    to the line's end (rows are lines here, so a quoted cell cannot hold a line break).
+    A NUL byte (a binary file, or text in another encoding) is refused, not kept in a
+    job's name."""
+    if "\x00" in text:
+        raise SpecError(where, "holds a NUL byte (binary data, or UTF-16 text)",
+                        "save the trace as UTF-8 text")
+    try:
+        return next(csv.reader([text], strict=True))
+    except csv.Error as err:
+        if text.count('"') % 2:
+            raise SpecError(where, "has a quoted cell that is not closed on its line (a "
+                            "cell cannot hold a line break)",
+                            "close the quote on the same line, or take the line break "
+                            "out of the cell") from None
+        raise SpecError(where, f"is not valid CSV ({err})",
+                        'write plain cells, or quote a whole cell: "a,b"') from None
+
+
+def _separator(header: list[str], where: str) -> None:
+    """A header of one column that holds another separator: the file is not comma
+    separated (a spreadsheet's export with semicolons or tabs), which is what to say
+    rather than "unknown column" for the whole line."""
+    if len(header) != 1:
+        return
+    for sep, name in OTHER_SEPARATORS.items():
+        if sep in header[0]:
+            raise SpecError(where, f"columns are separated by {name}, not commas",
+                            "save the file as CSV with commas between the columns")
+
+
+def _header(text: str, where: str) -> list[str]:
+    header = [c.strip() for c in _cells(text, where)]
+    _separator(header, where)
+    for column in header:
+        if column not in COLUMNS:
+            close = difflib.get_close_matches(column, COLUMNS, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise SpecError(f"{where} column {column or '(empty)'}",
+                            "unknown column", f"{hint}use columns from: {', '.join(COLUMNS)}")
+    if len(set(header)) != len(header):
+        dup = next(c for c in header if header.count(c) > 1)
+        raise SpecError(f"{where} column {dup}", "appears twice", "name every column once")
+    for column in REQUIRED:
+        if column not in header:
+            raise SpecError(f"{where} column {column}", "is missing",
+                            f"add it to the header: {','.join(COLUMNS)}")
+    if "model" not in header and not {"compute_s", "gradient_bytes"} <= set(header):
+        raise SpecError(f"{where} column model", "is missing",
+                        "add model, or both compute_s and gradient_bytes")
+    return header
+
+
+def parse_csv(text: str, source: str = "<trace>", max_gpus: int = MAX_GPUS,
+              check_rows: Callable[[int], None] | None = None) -> list[JobRequest]:
+    """The jobs of a CSV trace (the module docstring's format), in file order.
+
+    ``max_gpus``: the cluster's GPUs, so that a job too large for it is refused here
+    with its line, not later by the simulator naming a job nobody wrote.
+    ``check_rows(count)`` sees the number of rows before any is parsed (an experiment's
+    memory budget refuses 3,000,000 rows in a second, not after a minute of parsing)."""
     lines = text.splitlines()
     body = [(i + 1, s) for i, s in enumerate(lines) if s.strip() and not s.lstrip().startswith("#")]
     if not body:
         raise SpecError(source, "has no header", f"start it with: {','.join(COLUMNS)}")
     header_line, header_text = body[0]
-    header = [c.strip() for c in next(csv.reader([header_text]))]
-    for column in header:
-        if column not in COLUMNS:
-            close = difflib.get_close_matches(column, COLUMNS, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise SpecError(f"{source}:{header_line} column {column or '(empty)'}",
-                            "unknown column", f"{hint}use columns from: {', '.join(COLUMNS)}")
-    if len(set(header)) != len(header):
-        dup = next(c for c in header if header.count(c) > 1)
-        raise SpecError(f"{source}:{header_line} column {dup}", "appears twice",
-                        "name every column once")
-    for column in REQUIRED:
-        if column not in header:
-            raise SpecError(f"{source}:{header_line} column {column}", "is missing",
-                            f"add it to the header: {','.join(COLUMNS)}")
-    if "model" not in header and not {"compute_s", "gradient_bytes"} <= set(header):
-        raise SpecError(f"{source}:{header_line} column model", "is missing",
-                        "add model, or both compute_s and gradient_bytes")
+    header = _header(header_text, f"{source}:{header_line}")
+    if len(body) == 1:
+        raise SpecError(source, "has a header and no rows",
+                        "add a job per line under the header, e.g. j0,0,resnet50,,,4,1000")
+    if check_rows is not None:
+        check_rows(len(body) - 1)
     out: list[JobRequest] = []
     seen: set[str] = set()
     for row, (line, row_text) in enumerate(body[1:], start=1):
-        values = next(csv.reader([row_text]))
+        values = _cells(row_text, f"{source}:{line} (row {row})")
         if len(values) != len(header):
             raise SpecError(f"{source}:{line} (row {row})",
                             f"has {len(values)} cells for {len(header)} columns",
                             "give one cell per column (empty cells still need their comma)")
-        req = _row(dict(zip(header, values, strict=True)), source, line, row, seen)
+        req = _row(dict(zip(header, values, strict=True)), source, line, row, seen, max_gpus)
         seen.add(req.name)
         out.append(req)
     return out
 
 
-def read_csv(path: str | Path) -> list[JobRequest]:
-    p = Path(path)
+def decode(data: bytes, source: str) -> str:
+    """A trace's bytes as text: UTF-8, a leading byte-order mark (what Windows editors
+    write) dropped; other bytes are one line naming the line and the byte."""
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise SpecError(str(p), f"cannot be read ({e.strerror})", "give a readable CSV file") \
-            from None
-    return parse_csv(text, p.name)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise SpecError(f"{source}:{line}", f"is not UTF-8 text (byte 0x{data[err.start]:02x} "
+                        f"at offset {err.start})", "save the file as UTF-8") from None
+    return text.removeprefix("\ufeff")
+
+
+def read_csv(path: str | Path, max_gpus: int = MAX_GPUS,
+             check_rows: Callable[[int], None] | None = None,
+             field: str | None = None) -> list[JobRequest]:
+    """The jobs of the CSV trace at ``path`` (:func:`parse_csv`); a path that is not a
+    readable regular file, or one too large to hold in memory, is refused on ``field``
+    (default: the path) before it is opened."""
+    p = Path(path)
+    field = field or str(p)
+    fix = "give a readable CSV file"
+    inputfile.regular_file(p, field, "a CSV file", fix)
+    size = p.stat().st_size
+    validate.within_memory(size * TEXT_MEMORY_FACTOR, field,
+                           f"{p.name} ({validate.fmt_bytes(size)}) read as text would",
+                           "split the trace, or run fewer of its jobs")
+    return parse_csv(decode(inputfile.read_bytes(p, field, fix), p.name), p.name, max_gpus,
+                     check_rows)
 
 
 def format_csv(requests: Sequence[JobRequest]) -> str:

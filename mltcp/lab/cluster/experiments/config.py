@@ -35,9 +35,15 @@ is drawn with each run's seed unless
 ``poisson.seed`` fixes it, so seeds vary the arrivals as well as ECMP's and the
 placements' picks; a CSV trace is the same for every seed.
 
-Everything is checked when the file is read (the trace's rows, the schedulers and
-networks by the registries that will build them, the mix against the catalogue and the
-cluster's size), so a bad field fails in one line naming it before any run starts.
+Everything is checked when the file is read (the trace's rows, each against the
+cluster's GPUs, and their count against the memory budget before they are parsed; the
+schedulers and networks by the registries that will build them, an RL policy's file as
+a policy of this scheduler, one scheduler under two spellings; the mix against the
+catalogue and the cluster's size; a Poisson rate that spreads the jobs past 1e9 s), so a
+bad field fails in one line naming it before any run starts.  What only a drawn job
+list shows (a paper's setup under a smaller [cluster] than its own) is checked by
+:func:`fit_cluster` before ``--out`` is made, naming ``jobs.setup``, not a job.  Paths
+(``jobs.trace``, ``rl-base@PATH``) are relative to the file's directory.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ from mltcp.lab.cluster.engine.leafspine import LeafSpine
 from mltcp.lab.cluster.engine.simulator import check_memory
 from mltcp.lab.cluster.papers import setups
 from mltcp.lab.cluster.papers.figures import PaperSetup
+from mltcp.lab.common import inputfile
 from mltcp.lab.common.tomlfile import example_names, read_toml
 
 if TYPE_CHECKING:
@@ -73,6 +80,7 @@ NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 DEFAULT_NETWORKS = ("fair", "mltcp")
 MAX_JOBS = 10**7
 MAX_ITERATIONS = 10**9
+MAX_ARRIVAL_S = 1e9             # a job's latest arrival (JobRequest.arrival_s)
 
 
 @dataclass(frozen=True)
@@ -88,8 +96,18 @@ class PoissonJobs:
     load: float | None = None
 
     def requests(self, seed: int) -> list[JobRequest]:
-        return traces.poisson_trace(self.n, self.jobs_per_hour, self.mix,
-                                    self.seed if self.seed is not None else seed)
+        """The seed's draw; a draw whose gaps carry a job past 1e9 s (rare where the
+        config's mean span was within it) is refused naming the rate the file gave."""
+        drawn = self.seed if self.seed is not None else seed
+        try:
+            return traces.poisson_trace(self.n, self.jobs_per_hour, self.mix, drawn)
+        except SpecError as err:
+            if not err.field.endswith(".arrival_s"):
+                raise
+            key = "load" if self.load is not None else "jobs_per_hour"
+            raise SpecError(f"jobs.poisson.{key}", f"seed {drawn} draws a job arriving past "
+                            f"{MAX_ARRIVAL_S:.0e} s ({err.problem})",
+                            "give a higher rate, or fewer jobs (n)") from None
 
     def to_dict(self) -> dict[str, Any]:
         """The ``[jobs]`` table this was parsed from (parsing it gives this back)."""
@@ -149,6 +167,22 @@ class SetupJobs:
 JobSource = PoissonJobs | TraceJobs | SetupJobs
 
 
+def fit_cluster(source: JobSource, cluster: LeafSpine, jobs: list[JobRequest],
+                seed: int) -> None:
+    """Every job of ``jobs`` (``source``'s draw for ``seed``) fits ``cluster``, refused
+    otherwise naming the config's field rather than a job it generated
+    (``jobs[j000].gpus``): a paper's setup under a smaller [cluster] than its own."""
+    biggest = max(jobs, key=lambda j: j.gpus, default=None)
+    if biggest is None or biggest.gpus <= cluster.gpus:
+        return
+    where = next(k for k in JOB_SOURCES if k in source.to_dict())
+    fix = f"give [cluster] at least {biggest.gpus} GPUs"
+    if isinstance(source, SetupJobs):
+        fix = f"drop [cluster] (the setup brings its own), or give it at least {biggest.gpus} GPUs"
+    raise SpecError(f"jobs.{where}", f"job {biggest.name} (seed {seed}) asks for "
+                    f"{biggest.gpus} GPUs, more than the cluster's {cluster.gpus}", fix)
+
+
 @dataclass(frozen=True)
 class ExperimentConfig:
     """Every scheduler x network x seed on ``cluster`` with the jobs of ``jobs``."""
@@ -166,6 +200,9 @@ class ExperimentConfig:
     # parses its schedulers once).
     scheduler_specs: tuple[SchedulerSpec, ...] = field(default=(), compare=False,
                                                        repr=False)
+    # The config file's directory: what an RL policy's relative path is taken from,
+    # here and on every Dask worker (a worker's working directory is not the user's).
+    base_dir: Path = field(default=Path("."), compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The config as a file would give it (:func:`parse_config` gives it back)."""
@@ -186,22 +223,22 @@ class ExperimentConfig:
         if isinstance(jobs, TraceJobs):
             data["jobs"] = jobs.definition()
         policies = {spec: _file_digest(path) for spec in self.schedulers
-                    if (path := policy_file(spec)) is not None}
+                    if (path := policy_file(spec, self.base_dir)) is not None}
         if policies:
             data["policies"] = policies
         return data
 
 
-def policy_file(spec: str) -> Path | None:
-    """The policy checkpoint an RL scheduler spec loads (``rl-base@PATH``: PATH, or the
-    shipped policy PATH names; bare ``rl-base``/``rl-hybrid``: the shipped one), None
-    for every other scheduler."""
+def policy_file(spec: str, base_dir: Path | None = None) -> Path | None:
+    """The policy checkpoint an RL scheduler spec loads (``rl-base@PATH``: PATH, relative
+    to ``base_dir``, or the shipped policy PATH names; bare ``rl-base``/``rl-hybrid``: the
+    shipped one), None for every other scheduler."""
     from mltcp.lab.cluster.papers.deepshare_rl.schedulers import policy_path
 
     kind, sep, path = spec.partition("@")
     if kind not in ("rl-base", "rl-hybrid"):
         return None
-    return policy_path(path if sep else None)
+    return policy_path(path if sep else None, base_dir)
 
 
 def _file_digest(path: Path) -> str:
@@ -254,20 +291,33 @@ def _parse(data: Mapping[str, Any], base_dir: Path, default_name: str) -> Experi
     else:
         _missing("cluster", "a [cluster] table with leaves = 2, servers_per_leaf = 2, "
                             "spines = 1 (or [jobs] setup = ..., which brings its own)")
-    jobs = _jobs(jobs_table, base_dir, cluster)
+    # How many seeds and runs there are is known before the jobs are read, so that a
+    # trace's rows are counted against the memory budget before they are parsed.
     schedulers = _names(_required(data, "schedulers", 'schedulers = ["fifo/consolidated"]'),
                         "schedulers", '["fifo/consolidated", "srtf/first_fit"]')
-    specs = tuple(_parse_scheduler(spec, f"schedulers[{i}]", cluster)
-                  for i, spec in enumerate(schedulers))
     networks = _names(data.get("networks", list(DEFAULT_NETWORKS)), "networks",
                       '["fair", "mltcp"]')
+    seeds = _seeds(data.get("seeds", [0]))
+    ctx = _Context(base_dir, cluster, len(seeds), len(seeds) * len(schedulers) * len(networks))
+    jobs = _jobs(jobs_table, ctx)
+    specs = _scheduler_specs(schedulers, ctx)
     for i, scheme in enumerate(networks):
         _check_network(scheme, f"networks[{i}]", cluster, specs)
-    seeds = _seeds(data.get("seeds", [0]))
-    _check_memory(cluster, jobs, len(seeds), len(seeds) * len(schedulers) * len(networks))
+    _check_memory(cluster, jobs, ctx.seeds, ctx.runs)
     f_steps = validate.integer(data.get("f_steps", 8), "f_steps", 0, 1_000_000, "8")
     return ExperimentConfig(name, cluster, jobs, schedulers, networks, seeds, f_steps,
-                            description, specs)
+                            description, specs, base_dir)
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What a config's parts are read against: its directory (relative paths), the
+    cluster, and the seeds and runs that the memory budget counts."""
+
+    base_dir: Path
+    cluster: LeafSpine
+    seeds: int = 1
+    runs: int = 1
 
 
 def _check_memory(cluster: LeafSpine, jobs: JobSource, seeds: int, runs: int) -> None:
@@ -324,13 +374,28 @@ def _names(value: object, field_: str, example: str) -> tuple[str, ...]:
     return names
 
 
-def _parse_scheduler(spec: str, field_: str, cluster: LeafSpine) -> SchedulerSpec:
+def _parse_scheduler(spec: str, field_: str, ctx: _Context) -> SchedulerSpec:
     from mltcp.lab.cluster.experiments.registry import parse_scheduler
 
     try:
-        return parse_scheduler(spec, cluster)
+        return parse_scheduler(spec, ctx.cluster, ctx.base_dir)
     except SpecError as err:
         raise SpecError(field_, err.problem, err.fix) from None
+
+
+def _scheduler_specs(schedulers: tuple[str, ...], ctx: _Context) -> tuple[SchedulerSpec, ...]:
+    """Each scheduler parsed and checked, and no scheduler twice under two spellings
+    (``+backfill+preempt`` and ``+preempt+backfill``, ``rl-base`` and the shipped
+    policy's path): it would run twice and fill the report with equal rows."""
+    specs: list[SchedulerSpec] = []
+    for i, spec in enumerate(schedulers):
+        parsed = _parse_scheduler(spec, f"schedulers[{i}]", ctx)
+        for j, earlier in enumerate(specs):
+            if earlier.identity == parsed.identity:
+                raise SpecError(f"schedulers[{i}]", f"{spec!r} is the same scheduler as "
+                                f"schedulers[{j}] {earlier.spec!r}", "list each scheduler once")
+        specs.append(parsed)
+    return tuple(specs)
 
 
 def _check_network(scheme: str, field_: str, cluster: LeafSpine,
@@ -358,27 +423,35 @@ def _seeds(value: object) -> tuple[int, ...]:
 # --------------------------------------------------------------------------- job sources
 
 
-def _jobs(table: Mapping[str, Any], base_dir: Path, cluster: LeafSpine) -> JobSource:
+def _jobs(table: Mapping[str, Any], ctx: _Context) -> JobSource:
     given = [k for k in JOB_SOURCES if k in table]
     if len(given) != 1:
         problem = "has none of" if not given else f"has {' and '.join(given)}, more than one of"
         raise SpecError("jobs", f"{problem} {', '.join(JOB_SOURCES)}",
                         "give exactly one source of jobs")
     key = given[0]
-    return JOB_SOURCES[key](table[key], f"jobs.{key}", base_dir, cluster)
+    return JOB_SOURCES[key](table[key], f"jobs.{key}", ctx)
 
 
-def _trace(value: object, field_: str, base_dir: Path, cluster: LeafSpine) -> TraceJobs:
-    text = validate.text(value, field_, '"jobs.csv"')
+def _trace(value: object, field_: str, ctx: _Context) -> TraceJobs:
+    """A CSV trace, relative to the config's directory, read and checked now: every row
+    (file:line), each job's GPUs against the cluster, and the row count against the
+    memory budget before the rows are parsed."""
+    fix = "give a CSV file (relative paths are taken from the config's directory)"
+    text = inputfile.path_text(validate.text(value, field_, '"jobs.csv"'), field_, fix)
     path = Path(text)
-    path = path if path.is_absolute() else base_dir / path
-    if not path.is_file():
-        raise SpecError(field_, f"{path}: no such file", "give a CSV file (relative paths are "
-                        "taken from the config's directory)")
-    return TraceJobs(path, tuple(traces.read_csv(path)))
+    path = path if path.is_absolute() else ctx.base_dir / path
+    inputfile.regular_file(path, field_, "a CSV file", fix)
+
+    def check_rows(rows: int) -> None:
+        check_memory(ctx.cluster, rows, f"{field_} x seeds x schedulers x networks",
+                     ctx.seeds, ctx.runs)
+
+    return TraceJobs(path, tuple(traces.read_csv(path, ctx.cluster.gpus, check_rows,
+                                                 field_)))
 
 
-def _poisson(value: object, field_: str, base_dir: Path, cluster: LeafSpine) -> PoissonJobs:
+def _poisson(value: object, field_: str, ctx: _Context) -> PoissonJobs:
     table = _table(value, field_, POISSON_KEYS, "write poisson = { n = 20, jobs_per_hour = "
                    '120, models = { "resnet50" = 1 }, gpus = [8], iterations = [100, 500] }')
     for key in ("n", "models", "gpus", "iterations"):
@@ -391,20 +464,40 @@ def _poisson(value: object, field_: str, base_dir: Path, cluster: LeafSpine) -> 
     n = validate.integer(table["n"], f"{field_}.n", 1, MAX_JOBS, "20")
     mix = traces.JobMix(
         _weighted(table["models"], f"{field_}.models", _catalogue_name, '"resnet50"'),
-        _weighted(table["gpus"], f"{field_}.gpus", lambda v, f: _gpus(v, f, cluster), "8"),
+        _weighted(table["gpus"], f"{field_}.gpus", lambda v, f: _gpus(v, f, ctx.cluster),
+                  "8"),
         _iterations(table["iterations"], f"{field_}.iterations"))
     load = None
     if "load" in table:
         load = validate.number(table["load"], f"{field_}.load", 0, 10, "0.8", lo_open=True)
-        rate = traces.jobs_per_hour_for_load(load, cluster.gpus, mix, cluster.nic_gbit,
-                                             cluster.gpus_per_server)
+        rate = traces.jobs_per_hour_for_load(load, ctx.cluster.gpus, mix,
+                                             ctx.cluster.nic_gbit, ctx.cluster.gpus_per_server)
     else:
         rate = validate.number(table["jobs_per_hour"], f"{field_}.jobs_per_hour", 0, 1e9,
                                "120", lo_open=True)
+    _check_span(n, rate, f"{field_}.{rates[0]}", load)
     seed = table.get("seed")
     if seed is not None:
         seed = validate.integer(seed, f"{field_}.seed", 0, validate.MAX_SEED, "0")
     return PoissonJobs(n, rate, mix, seed, load)
+
+
+def _check_span(n: int, jobs_per_hour: float, field_: str, load: float | None) -> None:
+    """The n jobs' arrivals within the 1e9 s an arrival may be (JobRequest's bound): a
+    rate so low that even the mean gap puts the last job past it is refused here,
+    named by the rate the file gave (``load``, when it gave a load), not later as a
+    generated job's arrival_s."""
+    span_s = (n - 1) * 3600.0 / jobs_per_hour
+    if span_s <= MAX_ARRIVAL_S:
+        return
+    least = (n - 1) * 3600.0 / MAX_ARRIVAL_S
+    rate = f"{jobs_per_hour:.3g} jobs an hour"
+    given = rate if load is None else f"load {validate.fmt(load)} ({rate})"
+    more = (f"a rate of at least {least:.3g} jobs an hour" if load is None else
+            f"a load of at least {load * least / jobs_per_hour:.3g}")
+    raise SpecError(field_, f"{given} puts the last of {n} jobs at ~{span_s:.3g} s, past "
+                    f"the {MAX_ARRIVAL_S:.0e} s an arrival may be",
+                    f"give {more} (a few times more for margin), or fewer jobs (n)")
 
 
 def _weighted(value: object, field_: str, check: Callable[[Any, str], Any],
@@ -455,7 +548,7 @@ def _iterations(value: object, field_: str) -> traces.IntRange:
     return traces.IntRange(lo, hi, field_)
 
 
-def _setup_jobs(value: object, field_: str, base_dir: Path, cluster: LeafSpine) -> SetupJobs:
+def _setup_jobs(value: object, field_: str, ctx: _Context) -> SetupJobs:
     """``setup = "name"`` or ``setup = { name = "name", first = 1000 }``."""
     if not isinstance(value, Mapping):
         return SetupJobs(_setup(value, field_).key)
@@ -478,7 +571,7 @@ def _setup(value: object, field_: str = "jobs.setup") -> PaperSetup:
         raise SpecError(field_, err.problem, err.fix) from None
 
 
-JOB_SOURCES: dict[str, Callable[[Any, str, Path, LeafSpine], JobSource]] = {
+JOB_SOURCES: dict[str, Callable[[Any, str, _Context], JobSource]] = {
     "trace": _trace, "poisson": _poisson, "setup": _setup_jobs}
 
 

@@ -9,9 +9,11 @@ scheme is a name in :data:`NETWORKS`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 from mltcp.core.errors import SpecError
 from mltcp.lab.cluster.engine import network as _network
@@ -67,13 +69,17 @@ class SchedulerSpec:
     """A scheduler spec, parsed and checked against a fabric once (what a config holds
     for each of its schedulers).  Checking builds the scheduler (a scheduler checks its
     fabric when made); that one goes to the first run, and each later run gets a fresh
-    one from :meth:`build` (a scheduler keeps one run's state)."""
+    one from :meth:`build` (a scheduler keeps one run's state).  ``identity``: the
+    scheduler it builds, whatever the spelling (flags in one order, an RL policy by
+    its file), so that a config cannot list one scheduler twice as two."""
 
     spec: str
     make: Callable[[], Scheduler] = field(repr=False)
+    identity: str = ""
     _checked: Scheduler | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self.identity = self.identity or self.spec
         self._checked = self.make()
 
     def build(self) -> Scheduler:
@@ -91,14 +97,21 @@ class SchedulerSpec:
             check(scheme)
 
 
-def parse_scheduler(spec: str, fabric: LeafSpine) -> SchedulerSpec:
+RL_KINDS = ("rl-base", "rl-hybrid")
+
+
+def parse_scheduler(spec: str, fabric: LeafSpine, base_dir: Path | None = None
+                    ) -> SchedulerSpec:
     """The scheduler ``spec`` names on ``fabric``, checked; a one-line SpecError
-    otherwise."""
+    otherwise.  An RL policy's path (``rl-base@PATH``) is taken relative to
+    ``base_dir``, the config's directory, as the config's other paths are."""
+    kind, sep, policy = spec.partition(POLICY_SEP)
+    if kind in RL_KINDS and (sep or spec == kind):
+        path = rl_sched.policy_path(policy if sep else None, base_dir)
+        return SchedulerSpec(spec, partial(rl_sched.rl_scheduler, kind, fabric, path, spec),
+                             f"{kind}@{os.path.realpath(path)}")   # a loop raises no error
     if spec in NAMED:
         return SchedulerSpec(spec, partial(NAMED[spec], fabric))
-    kind, sep, policy = spec.partition(POLICY_SEP)
-    if sep and kind in ("rl-base", "rl-hybrid"):
-        return SchedulerSpec(spec, partial(rl_sched.rl_scheduler, kind, fabric, policy))
     base, *flags = spec.split("+")
     order_name, sep, place_name = base.partition("/")
     fix = (f"write ORDER/PLACEMENT[+preempt][+backfill] with ORDER one of "
@@ -106,9 +119,7 @@ def parse_scheduler(spec: str, fabric: LeafSpine) -> SchedulerSpec:
            + (f", or one of {', '.join(NAMED)}" if NAMED else ""))
     if not sep or order_name not in ORDERS or place_name not in POLICIES:
         raise SpecError("scheduler", f"unknown scheduler {spec!r}", fix)
-    bad = [f for f in flags if f not in FLAGS]
-    if bad:
-        raise SpecError("scheduler", f"unknown flag +{bad[0]} in {spec!r}", fix)
+    _check_flags(spec, flags, fix)
     preempt = "preempt" in flags
 
     def make() -> Scheduler:
@@ -117,9 +128,20 @@ def parse_scheduler(spec: str, fabric: LeafSpine) -> SchedulerSpec:
                               blocking="backfill" not in flags, preemptive=preempt,
                               round_s=PREEMPT_ROUND_S if preempt else 0.0)
 
-    return SchedulerSpec(spec, make)
+    return SchedulerSpec(spec, make, base + "".join(f"+{f}" for f in FLAGS if f in flags))
 
 
-def scheduler(spec: str, fabric: LeafSpine) -> Scheduler:
+def _check_flags(spec: str, flags: list[str], fix: str) -> None:
+    """Known flags, each once: ``+preempt+preempt`` is a typo, not a stronger preempt."""
+    bad = [f for f in flags if f not in FLAGS]
+    if bad:
+        raise SpecError("scheduler", f"unknown flag +{bad[0]} in {spec!r}", fix)
+    twice = [f for i, f in enumerate(flags) if f in flags[:i]]
+    if twice:
+        raise SpecError("scheduler", f"flag +{twice[0]} is given twice in {spec!r}",
+                        "give each flag once")
+
+
+def scheduler(spec: str, fabric: LeafSpine, base_dir: Path | None = None) -> Scheduler:
     """The scheduler ``spec`` names on ``fabric`` (parsed and built at once)."""
-    return parse_scheduler(spec, fabric).build()
+    return parse_scheduler(spec, fabric, base_dir).build()

@@ -371,7 +371,7 @@ def vs_fair_table(report: dict[str, Any]) -> str:
     """Each network scheme's JCT over fair sharing's, under the same scheduler, with N
     (seeds both ran) and the paired 95 % intervals."""
     if not report["vs_fair"]:
-        return "No fair-sharing runs to compare with (add \"fair\" to networks)."
+        return _no_comparison(report)
     lines = ["| scheduler | network | N | mean JCT / fair | p99 JCT / fair | "
              "run slowdown / fair | mean JCT / fair per seed |", "|---|---|---|---|---|---|---|"]
 
@@ -385,6 +385,19 @@ def vs_fair_table(report: dict[str, Any]) -> str:
         lines.append(f"| {r['scheduler']} | {r['network']} | {r.get('n', len(r['per_seed']))} "
                      f"| " + " | ".join(values) + f" | {seeds} |")
     return "\n".join(lines)
+
+
+def _no_comparison(report: dict[str, Any]) -> str:
+    """Why the 'vs fair' table is empty, with the advice that fits: no fair sharing,
+    fair sharing alone (adding "fair" would change nothing), or runs that did not
+    finish in pairs (an interrupted experiment)."""
+    networks = report.get("config", {}).get("networks", [])
+    if FAIR not in networks:
+        return "No fair-sharing runs to compare with (add \"fair\" to networks)."
+    if all(n == FAIR for n in networks):
+        return ("Only fair sharing ran: no other network scheme to compare with it (add "
+                "\"mltcp\" to networks).")
+    return "No scheme finished a seed that fair sharing finished too: nothing to compare."
 
 
 def partial_line(report: dict[str, Any]) -> str | None:

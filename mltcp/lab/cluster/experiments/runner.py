@@ -40,7 +40,7 @@ from mltcp.lab.cluster.engine.simulator import (
     RunProgress,
     check_requests,
 )
-from mltcp.lab.cluster.experiments.config import ExperimentConfig
+from mltcp.lab.cluster.experiments.config import ExperimentConfig, fit_cluster
 from mltcp.lab.cluster.experiments.registry import SchedulerSpec, network, parse_scheduler
 from mltcp.lab.common import runset
 from mltcp.lab.common.distributed import dask_client
@@ -133,10 +133,12 @@ def run_keys(cfg: ExperimentConfig) -> list[RunKey]:
 
 def job_lists(cfg: ExperimentConfig) -> dict[int, list[JobRequest]]:
     """Each seed's jobs, checked by the simulator's own rules (they fit the cluster,
-    names are distinct) before any run starts."""
+    names are distinct) before any run starts, and before the CLI makes --out: a job
+    too large for the cluster is refused naming the config's field (fit_cluster)."""
     out: dict[int, list[JobRequest]] = {}
     for seed in cfg.seeds:
         out[seed] = cfg.jobs.requests(seed)
+        fit_cluster(cfg.jobs, cfg.cluster, out[seed], seed)
         check_requests(cfg.cluster, out[seed])
     return out
 
@@ -144,17 +146,19 @@ def job_lists(cfg: ExperimentConfig) -> dict[int, list[JobRequest]]:
 def scheduler_specs(cfg: ExperimentConfig) -> dict[str, SchedulerSpec]:
     """Each scheduler of ``cfg`` parsed: those the config parsed when it was read, else
     parsed here, once."""
-    specs = cfg.scheduler_specs or tuple(parse_scheduler(s, cfg.cluster)
+    specs = cfg.scheduler_specs or tuple(parse_scheduler(s, cfg.cluster, cfg.base_dir)
                                          for s in cfg.schedulers)
     return {s.spec: s for s in specs}
 
 
 def simulate(cluster: LeafSpine, jobs: Sequence[JobRequest], key: RunKey,
              f_steps: int = 8, scheduler: SchedulerSpec | None = None,
-             watch: Callable[[Run], None] | None = None) -> ClusterResult:
+             watch: Callable[[Run], None] | None = None,
+             base_dir: Path | None = None) -> ClusterResult:
     """One run (what a Dask task calls): its scheduler built from ``scheduler``, the
-    spec parsed already, or else from ``key``'s; ``watch`` sees it while it runs."""
-    spec = scheduler or parse_scheduler(key.scheduler, cluster)
+    spec parsed already, or else from ``key``'s (an RL policy's path relative to
+    ``base_dir``, the config's directory); ``watch`` sees it while it runs."""
+    spec = scheduler or parse_scheduler(key.scheduler, cluster, base_dir)
     sim = ClusterSim(cluster, jobs, spec.build(), network(key.network, cluster), key.seed,
                      f_steps)
     return sim.run(watch=watch)
@@ -162,9 +166,10 @@ def simulate(cluster: LeafSpine, jobs: Sequence[JobRequest], key: RunKey,
 
 def _task(cluster: LeafSpine, jobs: Sequence[JobRequest], key: RunKey,
           f_steps: int, scheduler: SchedulerSpec | None = None,
-          watch: Callable[[Run], None] | None = None) -> ClusterResult | _Failure:
+          watch: Callable[[Run], None] | None = None,
+          base_dir: Path | None = None) -> ClusterResult | _Failure:
     try:
-        return simulate(cluster, jobs, key, f_steps, scheduler, watch)
+        return simulate(cluster, jobs, key, f_steps, scheduler, watch, base_dir)
     except SpecError as err:
         return _Failure(err.field, err.problem, err.fix)
     except MltcpError as err:
@@ -241,14 +246,15 @@ def claim(cfg: ExperimentConfig, out_dir: str | Path, force: bool = False) -> ru
 
 def execute(cfg: ExperimentConfig, parallel: int = 1, dask_address: str | None = None,
             progress: Progress | None = progress_line, out_dir: str | Path | None = None,
-            force: bool = False) -> ExperimentResult:
+            force: bool = False, jobs: dict[int, list[JobRequest]] | None = None
+            ) -> ExperimentResult:
     """Run every :func:`run_keys` run: in this process (``parallel`` 1, no
-    ``dask_address``), else on Dask.  With ``out_dir``, :func:`claim` it once the job
-    lists are checked, before any run.  Interrupted (a KeyboardInterrupt, from Ctrl-C,
-    a teardown signal or ``progress``), it raises :class:`RunsInterrupted` with the
-    runs that finished."""
+    ``dask_address``), else on Dask, with ``jobs`` (:func:`job_lists`, drawn here when
+    None).  With ``out_dir``, :func:`claim` it once the job lists are checked, before
+    any run.  Interrupted (a KeyboardInterrupt, from Ctrl-C, a teardown signal or
+    ``progress``), it raises :class:`RunsInterrupted` with the runs that finished."""
     keys = run_keys(cfg)
-    jobs = job_lists(cfg)
+    jobs = job_lists(cfg) if jobs is None else jobs
     if out_dir is not None:
         claim(cfg, out_dir, force)
     started = time.monotonic()
@@ -290,8 +296,9 @@ def _on_dask(cfg: ExperimentConfig, keys: list[RunKey], jobs: dict[int, list[Job
         from distributed import as_completed
 
         shared = {seed: client.scatter(js, broadcast=False) for seed, js in jobs.items()}
+        base_dir = cfg.base_dir.resolve()       # a worker's working directory may differ
         futures = {client.submit(_task, cfg.cluster, shared[key.seed], key, cfg.f_steps,
-                                 pure=False): key for key in keys}
+                                 base_dir=base_dir, pure=False): key for key in keys}
         try:
             for done, fut in enumerate(as_completed(futures), 1):
                 key = futures[fut]

@@ -94,6 +94,9 @@ class ContentionEnv(gym.Env):
                                                 self.layout.shape, np.float32)
         self._rng = random.Random(seed)
         self.run: Run | None = None
+        # Called at every moment time runs to (a job's end, an arrival, a round's tick):
+        # where a training prints a line while one step runs for long (jobs of months).
+        self.on_moment: Callable[[], None] | None = None
 
     # -- gymnasium API
 
@@ -190,6 +193,8 @@ class ContentionEnv(gym.Env):
             preempt = self._preemptions()
             if preempt:
                 run.apply(Decision((), preempt))
+            if self.on_moment is not None:
+                self.on_moment()
             if self.action_masks()[1:].any():
                 break
         span = max(span, 1e-12)

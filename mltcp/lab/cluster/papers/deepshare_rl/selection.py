@@ -50,10 +50,11 @@ def check_sets(train: Sequence[int], select: Sequence[int]) -> None:
 def evaluate(policy: Policy, sets: Sequence[int], *, by: str = "rl-hybrid",
              trace: str = "normal", jobs: int = deepshare.JOBS_PER_SET,
              duration_s: float = deepshare.DURATION_S, round_s: float = deepshare.ROUND_S,
-             network: str = "fair") -> list[float]:
+             network: str = "fair",
+             progress: Callable[[int, int], None] | None = None) -> list[float]:
     """Mean JCT (seconds) of ``by`` with ``policy`` on each job set in ``sets`` of
     ``trace``, each run as the experiment runner runs it (the set's index the
-    simulator's seed)."""
+    simulator's seed); ``progress(done, total)`` after each set."""
     if by not in SELECT_BY:
         raise SpecError("select_by", f"unknown scheduler {by!r}",
                         f"use one of {', '.join(SELECT_BY)}")
@@ -64,6 +65,8 @@ def evaluate(policy: Policy, sets: Sequence[int], *, by: str = "rl-hybrid",
         result = ClusterSim(net, deepshare.job_set(trace, index, jobs, duration_s), sched,
                             congestion_control(network, net), index).run()
         out.append(float(result.jct_summary()["mean"]))
+        if progress is not None:
+            progress(len(out), len(sets))
     return out
 
 

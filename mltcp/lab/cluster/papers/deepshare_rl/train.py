@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -53,13 +54,14 @@ from typing import Any
 import numpy as np
 
 from mltcp.core import signals, validate
-from mltcp.core.errors import CapabilityError
+from mltcp.core.errors import CapabilityError, SpecError
 from mltcp.lab.cluster.engine.network import congestion_control
 from mltcp.lab.cluster.papers.deepshare_rl import imitation as rl_imitate
 from mltcp.lab.cluster.papers.deepshare_rl import selection as rl_select
 from mltcp.lab.cluster.papers.deepshare_rl import setup as deepshare
-from mltcp.lab.common import plotting
+from mltcp.lab.common import inputfile, plotting
 from mltcp.lab.common.atomic import replacing, write_bytes, write_json
+from mltcp.lab.common.eta import eta_text
 
 TRAIN_SETS = deepshare.TRAIN_SETS       # the comparison evaluates on sets 0..9
 
@@ -104,6 +106,69 @@ class TrainConfig:
         object.__setattr__(self, "sets", tuple(self.sets))
         object.__setattr__(self, "select_sets", tuple(self.select_sets))
         rl_select.check_sets(self.sets, self.select_sets)
+        if self.n_steps > self.timesteps:
+            raise SpecError("n_steps", f"a rollout of {self.n_steps} steps is longer than "
+                            f"the training's {self.timesteps}: PPO collects a whole rollout "
+                            "before it looks at the total, so it would run "
+                            f"{self.n_steps} steps", "give a rollout of at most "
+                            f"{self.timesteps} steps, e.g. "
+                            f"{_largest_power_of_two(self.timesteps)}")
+
+
+def _largest_power_of_two(limit: int) -> int:
+    """The largest power of two <= ``limit`` (a rollout length to suggest)."""
+    return 1 << (max(limit, 1).bit_length() - 1)
+
+
+# A policy's file name stem: NAME.zip, NAME.json and NAME-curves.png/.pdf go into --out,
+# so the stem is a plain file name (no '/', which would write elsewhere; not '.' or
+# '..' or hidden, which start with a dot), short enough for its longest file and the
+# atomic writer's temporary name (".NAME-curves.tmp-PID.png") to stay under 255 bytes.
+POLICY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+MAX_NAME = 100
+
+
+def policy_name(value: object, field_: str = "name") -> str:
+    """A policy's file name stem (:data:`POLICY_NAME`).  A trailing ``.zip`` is refused,
+    not stripped: ``--name p.zip`` would write ``p.zip.zip``, and guessing what was meant
+    would make the name on disk differ from the one given."""
+    text = validate.text(value, field_, "deepshare-normal-w0.4")
+    if not text.strip():
+        raise SpecError(field_, "is empty", "give a file name stem, e.g. policy")
+    if "/" in text:
+        raise SpecError(field_, f"{text!r} holds a '/' (its files would go outside --out)",
+                        "give a file name without '/', and the directory as --out")
+    if len(text) > MAX_NAME:
+        raise SpecError(field_, f"is {len(text)} characters long",
+                        f"give at most {MAX_NAME}")
+    if text.lower().endswith(".zip"):
+        raise SpecError(field_, f"{text!r} ends in .zip, which rl-train adds itself",
+                        f"give the stem: {text[:-4] or 'policy'}")
+    return validate.name(text, field_, POLICY_NAME, "letters, digits, '.', '_' or '-', "
+                         "starting with a letter or digit", "deepshare-normal-w0.4")
+
+
+def output_paths(out_dir: str | Path, name: str, curves: bool = True) -> list[Path]:
+    """The files a training writes into ``out_dir``: the policy, its record and (with
+    ``curves``) its curves."""
+    out = Path(out_dir)
+    paths = [out / f"{name}.zip", out / f"{name}.json"]
+    return paths + ([out / f"{name}-curves.png", out / f"{name}-curves.pdf"] if curves else [])
+
+
+def check_outputs(out_dir: str | Path, name: str, curves: bool = True,
+                  field_: str = "--out") -> None:
+    """Refuse, before training, an output path held by something the training cannot
+    replace (a directory, a FIFO): found after training it would throw the policy away.
+    A regular file there is replaced, as a retraining of the same name should."""
+    for path in output_paths(out_dir, name, curves):
+        try:
+            found = inputfile.kind(path.lstat().st_mode)
+        except FileNotFoundError:
+            continue
+        if found:
+            raise SpecError(field_, f"{path} is {found}, where rl-train writes a file",
+                            "remove it, or give another --name or --out")
 
 
 @dataclass
@@ -163,9 +228,10 @@ def train(cfg: TrainConfig, out_dir: str | Path, name: str,
 
     from mltcp.lab.cluster.papers.deepshare_rl import gym_env as rl_env
 
-    validate.text(name, "name", "deepshare-normal-w0.4")
+    policy_name(name)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    check_outputs(out, name, curves)
     env = rl_env.ContentionEnv(
         rl_env.trace_sets(cfg.trace, cfg.sets, cfg.jobs, cfg.duration_s),
         congestion_control(cfg.network, deepshare.fabric()), cfg.w1, cfg.round_s,
@@ -181,13 +247,25 @@ def train(cfg: TrainConfig, out_dir: str | Path, name: str,
     result = TrainResult(cfg, out / f"{name}.zip", 0.0)
     started = time.monotonic()
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+    beat = Heartbeat(say)
+
+    def where() -> str:
+        steps = model.num_timesteps
+        run = env.run
+        at = f", episode {len(result.episodes) + 1} at simulated {run.t:.3g} s" if run else ""
+        return (f"[training, {time.monotonic() - started:.0f} s] {steps}/{cfg.timesteps} "
+                f"steps{at}; {eta_text(time.monotonic() - started, steps / cfg.timesteps)}")
+
+    env.on_moment = lambda: beat.maybe(where)
     if cfg.warm_start:
-        result.warm_start = warm_start(model, cfg)
+        result.warm_start = warm_start(model, cfg, lambda: beat.maybe(
+            lambda: f"[warm start, {time.monotonic() - started:.0f} s] imitating "
+                    f"{cfg.warm_start} on {len(cfg.sets)} training sets"))
         ws = result.warm_start
         say(f"[warm start] {ws.rule}: {ws.decisions} decisions of {ws.episodes} episodes, "
             f"{ws.epochs} epochs, the policy repeats {100 * ws.agreement:.1f} % of them, "
             f"cross-entropy {ws.cross_entropy:.3f} ({time.monotonic() - started:.0f} s)")
-    chooser = Chooser(model, cfg, say) if cfg.select_sets else None
+    chooser = Chooser(model, cfg, say, beat) if cfg.select_sets else None
     result.selection = chooser.selection if chooser else None
 
     class Progress(BaseCallback):
@@ -199,6 +277,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, name: str,
 
         def _on_step(self) -> bool:
             signals.check()     # right after the step's deepcopy, which may swallow it
+            beat.maybe(where)
             for info, done in zip(self.locals["infos"], self.locals["dones"], strict=True):
                 if not done or "jct_mean_s" not in info:
                     continue
@@ -209,6 +288,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, name: str,
                              info["jct_p90_s"], info["utilisation"], info["cs"],
                              info["eq2_sum"] / rounds)
                 result.episodes.append(ep)
+                beat.reset()
                 say(f"[episode {len(result.episodes)}, {ep.timesteps}/{cfg.timesteps} "
                     f"steps, {ep.elapsed_s:.0f} s] reward {ep.reward_per_round:.3f} per "
                     f"round, JCT mean "
@@ -239,7 +319,8 @@ def train(cfg: TrainConfig, out_dir: str | Path, name: str,
     return result
 
 
-def warm_start(model: Any, cfg: TrainConfig) -> rl_imitate.WarmStart:
+def warm_start(model: Any, cfg: TrainConfig,
+               on_moment: Callable[[], None] | None = None) -> rl_imitate.WarmStart:
     """Imitate ``cfg.warm_start`` (:mod:`.imitation`): one episode per training set, in
     order, in an environment like the training's (same reward)."""
     from mltcp.lab.cluster.papers.deepshare_rl import gym_env as rl_env
@@ -249,6 +330,7 @@ def warm_start(model: Any, cfg: TrainConfig) -> rl_imitate.WarmStart:
         lambda rng: deepshare.job_set(cfg.trace, next(order), cfg.jobs, cfg.duration_s),
         congestion_control(cfg.network, deepshare.fabric()), cfg.w1, cfg.round_s,
         seed=cfg.seed, jct_weight=cfg.jct_weight)
+    env.on_moment = on_moment
     demos = rl_imitate.demonstrate(env, rl_imitate.rule(cfg.warm_start), len(cfg.sets),
                                    cfg.gamma)
     ce, agreement = rl_imitate.pretrain(model.policy, demos, cfg.warm_start_epochs, cfg.seed)
@@ -262,8 +344,10 @@ class Chooser:
     ``cfg.select_every`` steps (at the first rollout boundary past it), and keeps the
     best policy's bytes."""
 
-    def __init__(self, model: Any, cfg: TrainConfig, say: Callable[[str], None]) -> None:
+    def __init__(self, model: Any, cfg: TrainConfig, say: Callable[[str], None],
+                 beat: Heartbeat | None = None) -> None:
         self.model, self.cfg, self.say = model, cfg, say
+        self.beat = beat or Heartbeat(say)
         self.selection = rl_select.Selection(cfg.select_sets, cfg.select_by,
                                              cfg.select_every)
         self.next_at = 0
@@ -284,7 +368,15 @@ class Chooser:
         if done and done[-1].timesteps == timesteps:
             return
         cfg = self.cfg
-        jcts = evaluate_checkpoint(self.act, cfg)
+        began = time.monotonic()
+
+        def judged(done_sets: int, total: int) -> None:
+            self.beat.maybe(lambda: (
+                f"[checkpoint {timesteps} steps] judging: {done_sets} of {total} selection "
+                f"sets, {eta_text(time.monotonic() - began, done_sets / total)}"))
+
+        jcts = evaluate_checkpoint(self.act, cfg, judged)
+        self.beat.reset()
         kept = self.selection.offer(timesteps, jcts, self._snapshot)
         picked = self.selection.picked
         assert picked is not None
@@ -299,11 +391,36 @@ class Chooser:
         return buf.getvalue()
 
 
-def evaluate_checkpoint(act: Callable[[Any, Any], int], cfg: TrainConfig) -> list[float]:
-    """A checkpoint's mean JCT on each of ``cfg``'s selection sets (a seam for tests)."""
+def evaluate_checkpoint(act: Callable[[Any, Any], int], cfg: TrainConfig,
+                        progress: Callable[[int, int], None] | None = None) -> list[float]:
+    """A checkpoint's mean JCT on each of ``cfg``'s selection sets (a seam for tests);
+    ``progress(done, total)`` after each set."""
     return rl_select.evaluate(act, cfg.select_sets, by=cfg.select_by, trace=cfg.trace,
                               jobs=cfg.jobs, duration_s=cfg.duration_s,
-                              round_s=cfg.round_s, network=cfg.network)
+                              round_s=cfg.round_s, network=cfg.network, progress=progress)
+
+
+class Heartbeat:
+    """A progress line at most every EVERY_S seconds while the training goes on without
+    one of its own (an episode's, a checkpoint's): an episode of jobs that run for
+    months of simulated time, or a checkpoint judged on thousands of job sets, would
+    otherwise be silent for minutes.  ``maybe(text)`` prints ``text()`` when one is
+    due; ``reset()`` after any other line."""
+
+    EVERY_S = 10.0
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.due = time.monotonic() + self.EVERY_S
+
+    def maybe(self, text: Callable[[], str]) -> None:
+        now = time.monotonic()
+        if now >= self.due:
+            self.due = now + self.EVERY_S
+            self.say(text())
+
+    def reset(self) -> None:
+        self.due = time.monotonic() + self.EVERY_S
 
 
 def _ranges(sets: tuple[int, ...]) -> str:
