@@ -61,7 +61,8 @@ one line naming the fields and the memory it would need, exit code 2 (the rows a
     the budget is refused before a plan is made), 8 B per flow x link of the DCQCN model's
     matrices; a run set's report holds 64 B per sample and 512 B per record of every run.
     With 2 recorded links a run may last ~21,000 s (compatible-pair's 10,000 iterations
-    take ~2,000 s); a 512-host leaf-spine's 128 fabric links, ~330 s.  Runs that fit alone but not together run in consecutive chunks of half the
+    take ~2,000 s); a 512-host leaf-spine's 128 fabric links, ~330 s.  Runs that fit
+    alone but not together run in consecutive chunks of half the
     budget (the fluid and dcqcn backends, a sweep's chunks); a fluid run that contention
     draws out beyond the budget stops when it reaches it.
   * cluster experiments (`mltcp/lab/cluster/engine/leafspine.py`, `simulator.py`): 320 B
@@ -85,6 +86,12 @@ def line_for(row: Row, old: dict[str, tuple[int, str]]) -> str:
 
 
 def main() -> int:
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                            epilog="Rows run as the test runs them; as root every row is "
+                            "run (the others as nobody), as a user root rows keep their "
+                            "old answer.").parse_args()
     old = doc_rows() if DOC.exists() else {}
     with ThreadPoolExecutor(max_workers=4) as pool:
         lines = list(pool.map(lambda r: line_for(r, old), ROWS))

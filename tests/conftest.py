@@ -26,9 +26,10 @@ import pytest  # noqa: E402
 # and scripts/test runs them one at a time in a phase of their own (names, pins and CPU
 # timing would collide), then every other test in parallel (pytest-xdist, one worker
 # per core).  A new file of that kind joins this list (a kernel-marked test is host
-# wherever it is).
+# wherever it is).  tests/test_bad_input.py is not one: each row runs the CLI with a
+# state directory and pin root of its own, and is refused before it touches anything.
 HOST_FILES = frozenset({
-    "test_agent", "test_bad_input", "test_build_cache", "test_classify", "test_cli_json",
+    "test_agent", "test_build_cache", "test_classify", "test_cli_json",
     "test_datapath", "test_dcqcn_tuner", "test_demo", "test_fabric", "test_host_races",
     "test_hosts_backend", "test_hosts_ssh", "test_jobfile", "test_jobs", "test_kernel_abi",
     "test_kernel_behaviour", "test_kernel_fault", "test_qdiscs", "test_signal_socket",
