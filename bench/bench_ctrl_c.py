@@ -38,27 +38,10 @@ sys.path.insert(0, str(REPO))
 from mltcp.lab.common import plotting  # noqa: E402
 from mltcp.lab.common.provenance import provenance  # noqa: E402
 from tests.interrupt import ctrl_c_when  # noqa: E402
+from tests.test_cluster_cli import LONG_CONFIG as _LONG_CONFIG  # noqa: E402
+from tests.test_cluster_cli import LONG_TRACE  # noqa: E402  (two jobs of 10^9 iterations)
 
-# tests/test_cluster_cli.py's run of hours: two jobs of 10^9 iterations
-LONG_TRACE = ("name,arrival_s,model,compute_s,gradient_bytes,gpus,iterations\n"
-              "j0,0,,0.2,100MB,6,1000000000\nj1,0,,0.2,100MB,6,1000000000\n")
-LONG_CONFIG = """name = "long"
-schedulers = ["fifo/random"]
-networks = ["mltcp"]
-seeds = [0]
-
-[cluster]
-leaves = 2
-servers_per_leaf = 2
-spines = 1
-gpus_per_server = 4
-server_gbit = 10
-oversubscription = 2
-
-[jobs]
-trace = "jobs.csv"
-"""
-
+LONG_CONFIG = _LONG_CONFIG.format(network="mltcp", f_steps=8)
 
 @dataclass(frozen=True)
 class Case:
