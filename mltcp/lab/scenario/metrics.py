@@ -195,15 +195,16 @@ def dedicated_means(traces: Iterable[Trace], skip: int = DEFAULT_SKIP) -> dict[s
 
 
 def sharing_jobs(trace: Trace, name: str) -> list[JobTrace]:
-    """The other jobs that cross at least one of ``name``'s links."""
-    links = set(trace.job(name).links)
-    return [j for j in trace.jobs if j.name != name and links.intersection(j.links)]
+    """The other jobs that cross at least one of ``name``'s links, in trace order."""
+    job = trace.job(name)
+    index = next(j for j, other in enumerate(trace.jobs) if other is job)
+    return [trace.jobs[k] for k in _sharing(trace)[index]]
 
 
 def _sharing(trace: Trace) -> list[np.ndarray]:
-    """Per job (trace order), the indices of the other jobs that share one of its links:
-    :func:`sharing_jobs` for every job at once, through the jobs of each link (a
-    thousand jobs compared pairwise are a million set intersections)."""
+    """Per job (trace order), the indices of the other jobs that share one of its links,
+    in trace order, found through the jobs of each link (a thousand jobs compared
+    pairwise are a million set intersections)."""
     on_link: dict[str, list[int]] = {}
     for j, job in enumerate(trace.jobs):
         for link in job.links:
