@@ -4,7 +4,7 @@ For each of deepshare-rl's four traces, every job set in ``--sets`` is run under
 RL-Hybrid (the shipped policy, or each ``--policy``: a ``.zip`` or a shipped policy's
 name), LAS and SRTF as deepshare-rl runs them, and the first-fit and random rules in the
 RL scheduler's action space, each under fair sharing and under MLTCP, side by side in
-one run (the experiment runner: Dask with ``--parallel``).  Reported per trace and
+one run (the experiment runner: ``--parallel`` worker processes).  Reported per trace and
 network, each with its N (job sets) and 95 % bootstrap interval over the sets
 (:mod:`mltcp.lab.common.stats`): mean and p90 JCT (end - arrival), mean and p90 time on
 GPUs (what deepshare-rl's simulator calls JCT), GPU utilisation; and each RL

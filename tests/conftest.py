@@ -22,12 +22,11 @@ if "MLTCP_STATE_DIR" not in os.environ:
 import pytest  # noqa: E402
 
 # Test files that use this host's kernel datapath, network namespaces, sshd or root-only
-# state (a build cache in /var/cache, a tuner's port): their tests are marked ``host``,
-# and scripts/test runs them one at a time in a phase of their own (names, pins and CPU
-# timing would collide), then every other test in parallel (pytest-xdist, one worker
-# per core).  A new file of that kind joins this list (a kernel-marked test is host
-# wherever it is).  tests/test_bad_input.py is not one: each row runs the CLI with a
-# state directory and pin root of its own, and is refused before it touches anything.
+# state (a build cache in /var/cache, a tuner's port): their tests are marked ``host``
+# and run one at a time (names and pins would collide).  A new file of that kind joins
+# this list (a kernel-marked test is host wherever it is).  tests/test_bad_input.py is
+# not one: each row runs the CLI with a state directory and pin root of its own, and is
+# refused before it touches anything.
 HOST_FILES = frozenset({
     "test_agent", "test_build_cache", "test_classify", "test_cli_json",
     "test_datapath", "test_dcqcn_tuner", "test_demo", "test_fabric", "test_host_races",
@@ -35,13 +34,25 @@ HOST_FILES = frozenset({
     "test_kernel_behaviour", "test_kernel_fault", "test_qdiscs", "test_signal_socket",
     "test_testbed", "test_traffic", "test_wheel", "test_wire",
 })
+# The host files whose tests *measure* the datapath (rates, shares, windows, every
+# packet captured): marked ``quiet`` as well, they run with nothing else on the machine
+# (a busy CPU would be what they read).  scripts/test (scripts/suite.py) runs them
+# first, alone; the other host tests one at a time beside the pure-Python tests, which
+# run on every core (pytest-xdist).  A file whose tests wait for a quiet host
+# (``quiet_host``) or capture packets belongs here.
+QUIET_FILES = frozenset({"test_kernel_behaviour", "test_kernel_fault", "test_traffic",
+                         "test_wire"})
 
 
 def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
-    """Mark the tests of HOST_FILES, and every kernel test, ``host``."""
+    """Mark the tests of HOST_FILES, and every kernel test, ``host``; those of
+    QUIET_FILES ``quiet`` too."""
     for item in items:
-        if Path(str(item.fspath)).stem in HOST_FILES or item.get_closest_marker("kernel"):
+        stem = Path(str(item.fspath)).stem
+        if stem in HOST_FILES or item.get_closest_marker("kernel"):
             item.add_marker(pytest.mark.host)
+        if stem in QUIET_FILES:
+            item.add_marker(pytest.mark.quiet)
 
 
 def pytest_sessionfinish(session, exitstatus):  # type: ignore[no-untyped-def]
@@ -98,10 +109,27 @@ def clean_datapath(bpf_host):
     assert left == [], f"residue after test: {left}"
 
 
+def _yielding_ticks() -> int:
+    """CPU time (clock ticks) so far of the processes at SCHED_IDLE: scripts/suite.py's
+    work beside the quiet group, which yields to any other task, so it is not load."""
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[38]) == os.SCHED_IDLE:         # field 41: policy
+                ticks += int(fields[11]) + int(fields[12])   # fields 14, 15: utime, stime
+        except (OSError, IndexError, ValueError):
+            continue                                 # gone since the listing
+    return ticks
+
+
 def _cpu_idle_fraction(window_s: float) -> float:
+    """The CPUs' idle share over the next ``window_s``, counting the time they gave to
+    SCHED_IDLE processes as idle."""
     def sample() -> tuple[int, int]:
         fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-        return fields[3] + fields[4], sum(fields)   # idle + iowait, total
+        # idle + iowait, and what yielding processes used; total
+        return fields[3] + fields[4] + _yielding_ticks(), sum(fields)
     idle0, total0 = sample()
     time.sleep(window_s)
     idle1, total1 = sample()

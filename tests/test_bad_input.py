@@ -202,6 +202,9 @@ ROWS: list[Row] = [
     Row((*SWEEP, "--param", "slope=1", "--backend", "dcqcn", "--f-steps", "3"), 2,
         "f-steps"),
     Row((*SWEEP, "--param", "slope=1", "--dask", "nonsense"), 2, "--dask"),
+    Row((*SWEEP, "--param", "slope=1", "--parallel", "0"), 2, "--parallel"),
+    Row((*SWEEP, "--param", "slope=1", "--workers", "2"), 2, "--workers"),
+    Row(("cluster", "run", "small", "--out", "{dir}/out", "--dask", "tcp://host"), 2, "--dask"),
     Row(("demo", "--seeds", "x"), 2, "seeds"),
     # in range field by field, out of memory together (docs/bad-input.md, "Memory")
     Row(("run", "{dir}/s.toml", *FLUID, "--scheme", "cubic"), 2, "jobs[0].iterations x",
@@ -811,3 +814,17 @@ def test_the_doc_has_every_row_with_its_code_and_answer() -> None:
             assert answer.startswith("mltcp: error: ") and row.says in answer, \
                 f"{row.cell}: {answer!r}{stale}"
     assert len(documented) == len(ROWS), f"{DOC.name} has rows the table has not{stale}"
+
+
+def test_the_doc_names_the_bad_input_tests_that_are_not_rows() -> None:
+    """The inputs no command line reaches (the hook's environment variables) and the
+    validators tested directly are in other files: docs/bad-input.md's "Tested elsewhere"
+    names each of them with its number of cases, so the table is not taken for all."""
+    section = DOC.read_text().partition("\n## Tested elsewhere\n")[2]
+    others = sorted(p.name for p in (REPO / "tests").glob("test_*bad_input*.py")
+                    if p.name != Path(__file__).name)
+    assert "test_hook_env_bad_input.py" in others
+    for name in others:
+        assert re.search(rf"^\* `tests/{name}` \(\d+ cases\): ", section, re.MULTILINE), \
+            f"tests/{name} is not in {DOC.name}'s Tested elsewhere; add it to ELSEWHERE in " \
+            "scripts/bad_input_table.py and run it"

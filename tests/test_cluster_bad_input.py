@@ -1,7 +1,7 @@
 """Bad input of the cluster simulator, second round (issue 25): the CSV trace's
 encodings and edge cases, paths that are not files, errors named by the user's field
 rather than a generated job, one scheduler under two spellings, output paths that
---force must not delete, rl-train's flags, and Ctrl-C on a local Dask cluster.
+--force must not delete, rl-train's flags, and Ctrl-C while local worker processes start.
 
 Each test exercises the validator that owns the check; the CLI's answers (one line,
 exit 2) are rows of tests/test_bad_input.py."""
@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,8 @@ from mltcp.lab.cluster.arrivals.job_traces import decode, parse_csv, read_csv
 from mltcp.lab.cluster.experiments import config, report
 from mltcp.lab.cluster.experiments import runner as experiment
 from mltcp.lab.cluster.experiments.registry import parse_scheduler
-from mltcp.lab.common import distributed, inputfile, outdir, runset, tomlfile
+from mltcp.lab.common import inputfile, outdir, parallel, runset, tomlfile
+from tests.interrupt import ctrl_c_when
 
 HEADER = "name,arrival_s,model,compute_s,gradient_bytes,gpus,iterations"
 ROW = "j0,0,resnet50,,,4,20"
@@ -349,26 +348,70 @@ def test_a_heartbeat_speaks_only_when_due(monkeypatch) -> None:
     assert said == ["due"]
 
 
-# --------------------------------------------------------------------------- Ctrl-C on Dask
+# ------------------------------------------------------------ Ctrl-C on local worker processes
 
 
-def test_workers_of_a_local_cluster_start_with_sigint_ignored() -> None:
-    """A process started while a local cluster starts inherits SIGINT ignored (so a
-    terminal's Ctrl-C reaches the client alone); the caller's handler is restored."""
+def test_a_local_pool_starts_with_sigint_caught_here_and_ignored_by_its_workers() -> None:
+    """While a local pool starts, this process keeps its SIGINT handler (a Ctrl-C then
+    stops the start), and its workers, forked by the fork server started then, ignore
+    SIGINT."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are set from the main thread only")
     before = signal.getsignal(signal.SIGINT)
-    with distributed._workers_ignore_sigint():
-        child = subprocess.run([sys.executable, "-c", "import signal; "
-                                "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)"],
-                               capture_output=True, text=True, check=True)
-    assert child.stdout.strip() == "True"
+    with parallel.fan_out(1, None) as pool:
+        assert signal.getsignal(signal.SIGINT) is before
+        forked = pool.submit(signal.getsignal, signal.SIGINT).result()
+    assert forked is signal.SIG_IGN
     assert signal.getsignal(signal.SIGINT) is before
 
 
-def test_a_local_clusters_workers_ignore_sigint() -> None:
-    """The real thing: every worker of dask_client's local cluster ignores SIGINT."""
-    pytest.importorskip("distributed", reason="dask (the sweep extra) is not installed")
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("signal handlers are set from the main thread only")
-    with distributed.dask_client(None, 1, "a test") as client:
-        ignored = client.run(lambda: signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
-    assert list(ignored.values()) == [True]
+def test_a_stopped_pool_leaves_no_worker_behind() -> None:
+    """Left by an exception (a Ctrl-C), a local pool terminates its workers at once,
+    a run in them unfinished, and waits for them: none is left."""
+    with pytest.raises(KeyboardInterrupt), parallel.fan_out(2, None) as pool:
+        pids = [pool.submit(os.getpid) for _ in range(4)]
+        busy = pool.submit(_sleep, 600)
+        pids = {f.result() for f in pids}
+        raise KeyboardInterrupt
+    assert busy.cancelled() or busy.done()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def _sleep(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)
+
+
+# The child marks the moment its pool forked its first worker on stderr, and holds there
+# 1 s more: a start that the Ctrl-C 0.2 s later lands in on any machine, with a worker
+# process there to receive it too (a terminal signals the whole group).
+HELD_START = """
+import sys, time
+from concurrent.futures import process
+_spawn = process.ProcessPoolExecutor._spawn_process
+def _held(self):
+    _spawn(self)
+    print("a local pool is starting", file=sys.stderr, flush=True)
+    time.sleep(1)
+process.ProcessPoolExecutor._spawn_process = _held
+"""
+
+
+def test_ctrl_c_while_a_local_pool_starts_stops_the_command(tmp_path: Path) -> None:
+    """The first Ctrl-C (SIGINT to the process group) while ``--parallel``'s worker
+    processes start ends the command within a second or so (5 s allowed: a busy 2-core
+    machine) with the usual one line and 130; its workers print nothing, and none is
+    left."""
+    got = ctrl_c_when(["cluster", "run", "small", "--out", "out", "--parallel", "2"],
+                      tmp_path, "a local pool is starting", wait_s=60, delay_s=0.2,
+                      prelude=HELD_START, group=True)
+    assert got.returncode == 130, got.stderr
+    assert got.latency_s < 5, got.latency_s
+    assert "Traceback" not in got.stderr, got.stderr
+    assert got.stderr.splitlines()[-1].startswith("mltcp: interrupted (SIGINT) after 0 of "), \
+        got.stderr
+    assert got.stderr.splitlines()[-1].endswith(" runs: no report written"), got.stderr
+    assert got.left == [], got.left

@@ -74,3 +74,82 @@ def test_the_endpoint_serves_metrics_health_and_a_clear_404(one_job, tmp_path):
         assert info.value.code == 404 and b"/healthz" in info.value.read()
     finally:
         endpoint.close()
+
+
+def _flows(n: int, job: str = "resnet") -> list[telemetry.FlowStatus]:
+    """``n`` flows of a job, each from its own ephemeral port: cwnd 10.., srtt 100.. us."""
+    return [telemetry.FlowStatus(job=job, cc="cubic", src=f"10.0.0.1:{40000 + i}",
+                                 dst="10.0.0.2:29500", cwnd=10 + i, ssthresh=1 << 30,
+                                 srtt_us=100 + i, f=1.0, bytes_acked=i, cwnd_reductions=0,
+                                 loss_reductions=0, age_s=0.1)
+            for i in range(n)]
+
+
+def _series(text: str) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append(s)
+    return out
+
+
+@pytest.fixture
+def hundred_flows(monkeypatch):
+    flows = _flows(100)
+    monkeypatch.setattr(telemetry, "collect", lambda registry=None: [_status(flows=flows)])
+    monkeypatch.setattr(exposition.maps, "read_health", exposition.maps.Health)
+    return flows
+
+
+def test_a_job_of_100_flows_is_a_bounded_set_of_series(hundred_flows, tmp_path):
+    """By default a job's flows are its cwnd and srtt distribution (min, median, max), not a
+    series per connection: 100 flows, 18 series on the host, as with 1 flow or 10,000."""
+    series = _series(exposition.render(jobs.Registry(tmp_path)))
+    assert sum(map(len, series.values())) == exposition.series_bound(1) == 18
+    assert "mltcp_flow_cwnd" not in series and "mltcp_flow_srtt_seconds" not in series
+    assert {k for s in sum(series.values(), []) for k in s.labels} == {"job", "cc", "quantile",
+                                                                      "what"}
+    cwnd = {s.labels["quantile"]: s.value for s in series["mltcp_job_flow_cwnd"]}
+    srtt = {s.labels["quantile"]: s.value for s in series["mltcp_job_flow_srtt_seconds"]}
+    assert cwnd == {"0": 10, "0.5": 59.5, "1": 109}
+    assert srtt == pytest.approx({"0": 100e-6, "0.5": 149.5e-6, "1": 199e-6})
+    assert [s.value for s in series["mltcp_job_flows"]] == [100]
+
+
+def test_per_flow_series_are_opt_in_and_capped_per_job(hundred_flows, tmp_path):
+    """--metrics-flows N: a series per flow, at most N per job (the same ones at every
+    scrape: the first by source), the rest counted in mltcp_job_flow_series_dropped."""
+    registry = jobs.Registry(tmp_path)
+    series = _series(exposition.render(registry, flows_per_job=64))
+    assert sum(map(len, series.values())) == exposition.series_bound(1, 64) == 18 + 2 * 64 + 1
+    kept = sorted(f.src for f in hundred_flows)[:64]
+    assert sorted(s.labels["src"] for s in series["mltcp_flow_cwnd"]) == kept
+    assert sorted(s.labels["src"] for s in series["mltcp_flow_srtt_seconds"]) == kept
+    assert [(s.labels, s.value) for s in series["mltcp_job_flow_series_dropped"]] == [
+        ({"job": "resnet", "cc": "cubic"}, 36)]
+    hundred_flows.reverse()                                   # another order in the map
+    again = _series(exposition.render(registry, flows_per_job=64))
+    assert sorted(s.labels["src"] for s in again["mltcp_flow_cwnd"]) == kept
+    every = _series(exposition.render(registry, flows_per_job=1024))
+    assert len(every["mltcp_flow_cwnd"]) == 100
+    assert [s.value for s in every["mltcp_job_flow_series_dropped"]] == [0]
+
+
+def test_a_job_without_flows_has_no_distribution(one_job, tmp_path):
+    series = _series(exposition.render(jobs.Registry(tmp_path)))
+    assert "mltcp_job_flow_cwnd" not in series
+    assert [s.value for s in series["mltcp_job_flows"]] == [0]
+
+
+def test_the_per_flow_limit_is_checked_and_the_cli_agrees(tmp_path):
+    from mltcp.cli import host as cli_host
+    from mltcp.core.errors import SpecError
+
+    for bad in (0, exposition.MAX_FLOWS_PER_JOB + 1):
+        with pytest.raises(SpecError, match="metrics-flows"):
+            exposition.render(jobs.Registry(tmp_path), flows_per_job=bad)
+    assert (cli_host.DEFAULT_FLOWS_PER_JOB, cli_host.MAX_FLOWS_PER_JOB) == (
+        exposition.DEFAULT_FLOWS_PER_JOB, exposition.MAX_FLOWS_PER_JOB)
+    # The most a host's scrape can hold: every job slot of the datapath in use.
+    assert exposition.series_bound() == 255 * 16 + 2
+    assert exposition.series_bound(flows_per_job=64) == 255 * 145 + 2

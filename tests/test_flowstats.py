@@ -43,3 +43,41 @@ def test_growth_per_delivered_skips_short_pairs_and_other_connections() -> None:
     assert flowstats.share_growing_faster(samples, 0.45) == pytest.approx(2 / 3)
     assert flowstats.share_growing_faster(samples, 0.45, conn=0) == 0.5
     assert flowstats.share_growing_faster([], 0.45) == 0.0
+
+
+def _acked(t: float, acked: int, conn: int = 0) -> dict:
+    return {"t": t, "conn": conn, "bytes_acked": acked}
+
+
+def _iteration(index: int, start: float, end: float) -> dict:
+    return {"index": index, "comm_start": start, "comm_end": end}
+
+
+def test_the_longest_ack_silence_is_found_inside_communication_across_connections() -> None:
+    report = {"iterations": [_iteration(0, 1.0, 2.0), _iteration(1, 3.0, 4.0)], "samples": [
+        # iteration 0: connection 0 stalls from 1.1 to 1.6, but connection 1 moves at 1.3,
+        # so the job's longest ACK-less time is 1.3 -> 1.6
+        _acked(0.5, 0), _acked(0.5, 0, conn=1),
+        _acked(1.1, 10), _acked(1.1, 0, conn=1),
+        _acked(1.3, 10), _acked(1.3, 5, conn=1),
+        _acked(1.6, 20), _acked(1.6, 5, conn=1),
+        _acked(1.9, 30), _acked(1.9, 5, conn=1),
+        # the compute between iterations is silent and does not count
+        _acked(2.9, 30), _acked(2.9, 5, conn=1),
+        # iteration 1: no progress until 3.7 (late start), then steady
+        _acked(3.2, 30), _acked(3.2, 5, conn=1),
+        _acked(3.7, 40), _acked(3.7, 5, conn=1),
+        _acked(3.9, 50), _acked(3.9, 5, conn=1),
+    ]}
+    silence, where = flowstats.longest_ack_silence(report)
+    assert (round(silence, 6), where) == (0.7, 1)
+    report["iterations"] = report["iterations"][:1]
+    silence, where = flowstats.longest_ack_silence(report)
+    assert (round(silence, 6), where) == (0.3, 0)
+
+
+def test_an_iteration_that_ends_without_a_later_sample_counts_up_to_its_end() -> None:
+    report = {"iterations": [_iteration(0, 1.0, 2.0)],
+              "samples": [_acked(0.9, 0), _acked(1.2, 10)]}
+    assert flowstats.longest_ack_silence(report) == pytest.approx((0.8, 0))
+    assert flowstats.longest_ack_silence({"iterations": [], "samples": []}) == (0.0, None)

@@ -12,6 +12,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -356,6 +359,41 @@ def test_the_compiled_engine_finds_a_cache_directory_it_may_write(open_tmp: Path
     in_tree, user_wide, neither, no_home, uid = found
     assert in_tree is None and user_wide is None
     assert neither == no_home == str(Path(tempfile.gettempdir()) / f"mltcp-numba-{uid}")
+
+
+# A first state made in a fresh interpreter: what every command that runs the engine does.
+FIRST_USE = """
+import numpy as np
+from mltcp.lab.models import fluid_engine
+st = fluid_engine.new_state(np.array([0]), [[0]], np.array([1e6]), np.array([1e4]),
+                            np.ones(1), np.ones((1, 1)), np.full((1, 1), 0.01),
+                            np.array([3]), np.zeros(1), np.zeros((1, 1)), 0.0, 1.0, 1.0, 4,
+                            0.0)
+assert fluid_engine.advance_until(st, 1.0, 1000) == fluid_engine.DONE
+"""
+
+
+@pytest.mark.idle           # long and CPU-only: scripts/suite.py
+def test_the_one_time_compile_says_so_and_a_cached_engine_says_nothing(
+        tmp_path: Path) -> None:
+    """With numba's cache empty (a new installation: here a fresh NUMBA_CACHE_DIR) the
+    first use compiles the whole engine, about half a minute, and says so on stderr
+    before and, with the time it took, after: one line each.  The next process loads it
+    from the cache and says nothing."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+
+    def first_use() -> list[str]:
+        done = subprocess.run([sys.executable, "-c", FIRST_USE], env=env, text=True,
+                              capture_output=True, timeout=600, check=True)
+        return done.stderr.splitlines()
+
+    said = first_use()
+    assert len(said) == 2, said
+    assert said[0] == (f"compiling the fluid engine (once per installation, "
+                       f"~{fluid_engine.COMPILE_S} s)...")
+    assert re.fullmatch(r"compiled the fluid engine in \d+ s", said[1]), said
+    assert any((tmp_path / "numba").rglob("*.nbi"))           # numba's cache index
+    assert first_use() == []
 
 
 @pytest.mark.parametrize("slope", [0.0, 4.0])

@@ -11,10 +11,13 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import math
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -280,22 +283,48 @@ def test_the_client_alone(agent: Agent) -> None:
 # --------------------------------------------------------------------------- PyTorch
 
 
-def _free_init(tmp: Path) -> str:
-    return f"file://{tmp / 'rendezvous'}"
+WORLD = 2
+
+
+def _run_ranks(worker: Any, tmp: Path, *args: Any) -> None:
+    """Two gloo ranks over loopback, each running ``worker(rank, world, tmp, *args)``
+    between joining the process group and leaving it (:func:`_gloo_rank`)."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_gloo_rank, args=(worker, WORLD, str(tmp), *args), nprocs=WORLD)
+
+
+def _gloo_rank(rank: int, worker: Any, world: int, tmp: str, *args: Any) -> None:
+    """One rank: a file rendezvous in the test's directory, one intra-op thread each (two
+    ranks share the runner's cores), then the worker, then the teardown the product's
+    workload uses (mltcp.workloads.ddp).  The worker's models are gone when it returns;
+    they are collected and the group destroyed while the interpreter is whole, and the
+    process ends without the interpreter's finalization.  gloo's threads outlive
+    destroy_process_group (checked: both pt_gloo_runloop threads still run after it and
+    gc.collect), and one dropping a future's Python callback during finalization needs
+    the GIL and aborts the rank after a successful run (std::terminate, SIGABRT: once in
+    a CI run of the composition test)."""
+    import torch
+    import torch.distributed as dist
+
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    dist.init_process_group("gloo", init_method=f"file://{Path(tmp, 'rendezvous')}",
+                            rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    worker(rank, world, tmp, *args)
+    gc.collect()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _ddp_worker(rank: int, world: int, tmp: str, agent_path: str) -> None:
     """One DDP rank: a small CNN trained 5 iterations with the hook (signalling the test's
     agent) and, from the same start, without it; the two must end identical."""
     import torch
-    import torch.distributed as dist
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
-
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    dist.init_process_group("gloo", init_method=_free_init(Path(tmp)), rank=rank,
-                            world_size=world)
-    torch.set_num_threads(1)
 
     def model() -> nn.Module:
         torch.manual_seed(0)
@@ -326,19 +355,11 @@ def _ddp_worker(rank: int, world: int, tmp: str, agent_path: str) -> None:
     grad_bytes = sum(p.numel() * p.element_size() for p in hooked.parameters())
     Path(tmp, f"result{rank}.json").write_text(json.dumps({"same": same, "stray": stray,
                                                            "grad_bytes": grad_bytes}))
-    # Release the DDP models (their reducers hold gloo's last work objects) while the
-    # interpreter is whole; at its exit a gloo thread dropping one needs the GIL and can
-    # abort the process (as mltcp.workloads.ddp explains).
-    del hooked, plain
-    gc.collect()
-    dist.destroy_process_group()
 
 
 def test_ddp_records_every_iteration_of_every_rank(agent: Agent, tmp_path: Path) -> None:
     pytest.importorskip("torch", reason=TORCH_REASON)
-    import torch.multiprocessing as mp
-
-    mp.spawn(_ddp_worker, args=(2, str(tmp_path), agent.path), nprocs=2)
+    _run_ranks(_ddp_worker, tmp_path, agent.path)
     records = hook.read_records(tmp_path)
     assert [(r.rank, r.iteration) for r in records] == [(k, i) for k in (0, 1) for i in range(5)]
     for rank in (0, 1):
@@ -362,50 +383,37 @@ def test_ddp_records_every_iteration_of_every_rank(agent: Agent, tmp_path: Path)
 def _fsdp_worker(rank: int, world: int, tmp: str) -> None:
     """FSDP2 (fully_shard) then FSDP1 (FullyShardedDataParallel), 3 iterations each."""
     import torch
-    import torch.distributed as dist
     from torch import nn
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
-
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    dist.init_process_group("gloo", init_method=_free_init(Path(tmp)), rank=rank,
-                            world_size=world)
-    torch.set_num_threads(1)
 
     def model() -> nn.Module:
         torch.manual_seed(0)
         return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8))
 
-    def train_both() -> None:    # its models are gone when it returns (see _ddp_worker)
-        grad_bytes = sum(p.numel() * p.element_size() for p in model().parameters())
-        mesh = init_device_mesh("cpu", (world,))
-        fsdp2 = model()
-        for layer in (fsdp2[0], fsdp2[2]):
-            fully_shard(layer, mesh=mesh)
-        fully_shard(fsdp2, mesh=mesh)
-        fsdp1 = FullyShardedDataParallel(model(), device_id=torch.device("cpu"))
-        for name, m in (("fsdp2", fsdp2), ("fsdp1", fsdp1)):
-            out = Path(tmp, name)
-            with hook.IterationHook(out) as h:
-                h.attach_fsdp(m)
-                opt = torch.optim.SGD(m.parameters(), lr=0.1)
-                for _ in range(3):
-                    with h.iteration():
-                        m(torch.randn(4, 32)).sum().backward()
-                        opt.step()
-                        opt.zero_grad()
-            Path(out, f"grad_bytes{rank}").write_text(str(grad_bytes))
-
-    train_both()
-    gc.collect()
-    dist.destroy_process_group()
+    grad_bytes = sum(p.numel() * p.element_size() for p in model().parameters())
+    mesh = init_device_mesh("cpu", (world,))
+    fsdp2 = model()
+    for layer in (fsdp2[0], fsdp2[2]):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(fsdp2, mesh=mesh)
+    fsdp1 = FullyShardedDataParallel(model(), device_id=torch.device("cpu"))
+    for name, m in (("fsdp2", fsdp2), ("fsdp1", fsdp1)):
+        out = Path(tmp, name)
+        with hook.IterationHook(out) as h:
+            h.attach_fsdp(m)
+            opt = torch.optim.SGD(m.parameters(), lr=0.1)
+            for _ in range(3):
+                with h.iteration():
+                    m(torch.randn(4, 32)).sum().backward()
+                    opt.step()
+                    opt.zero_grad()
+        Path(out, f"grad_bytes{rank}").write_text(str(grad_bytes))
 
 
 def test_fsdp_records_its_reduce_scatters(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason=TORCH_REASON)
-    import torch.multiprocessing as mp
-
-    mp.spawn(_fsdp_worker, args=(2, str(tmp_path)), nprocs=2)
+    _run_ranks(_fsdp_worker, tmp_path)
     for name, reductions in (("fsdp2", 2), ("fsdp1", 1)):
         records = hook.read_records(tmp_path / name)
         grad_bytes = int((tmp_path / name / "grad_bytes0").read_text())
@@ -418,8 +426,326 @@ def test_fsdp_records_its_reduce_scatters(tmp_path: Path) -> None:
 def test_attaching_to_a_model_that_is_not_ddp_or_fsdp_is_one_line() -> None:
     pytest.importorskip("torch", reason=TORCH_REASON)
     from torch import nn
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     with pytest.raises(SpecError, match=r"^model: a Linear is not DistributedDataParallel; "):
         hook.IterationHook().attach_ddp(nn.Linear(2, 2))
     with pytest.raises(SpecError, match=r"^model: a Linear is not an FSDP model; "):
         hook.IterationHook().attach_fsdp(nn.Linear(2, 2))
+    h = hook.IterationHook()
+    for kwargs, match in [
+        ({"inner_hook": default_hooks.fp16_compress_hook},
+         r"^model: a Linear is not DistributedDataParallel; inner_hook composes with DDP's "
+         r"comm hooks only; wrap it first"),
+        ({"inner_state": object()}, r"^inner_state: is given without inner_hook; "),
+        ({"inner_hook": "fp16"}, r"^inner_hook: a str is not callable; pass a DDP comm hook"),
+    ]:
+        with pytest.raises(SpecError, match=match) as err:
+            h.attach_ddp(nn.Linear(2, 2), **kwargs)
+        assert "\n" not in str(err.value)
+    assert not h._attached          # a refused attach leaves the hook free
+
+
+def test_the_wire_bytes_of_a_comm_hook_it_does_not_know_are_the_buckets_and_it_says_so(
+        capsys: pytest.CaptureFixture) -> None:
+    pytest.importorskip("torch", reason=TORCH_REASON)
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    from mltcp.hook import torch_comm
+
+    def my_hook(state, bucket):
+        return default_hooks.allreduce_hook(state, bucket)
+
+    for known, state in ((default_hooks.allreduce_hook, None),
+                         (default_hooks.fp16_compress_hook, None),
+                         (default_hooks.bf16_compress_hook, None),
+                         (powerSGD_hook.batched_powerSGD_hook,
+                          powerSGD_hook.PowerSGDState(None, start_powerSGD_iter=2))):
+        torch_comm.wire_bytes(known, state)
+    assert capsys.readouterr().err == ""
+    torch_comm.wire_bytes(my_hook, None)
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["mltcp.hook: attach_ddp does not know what inner_hook "
+                   "test_the_wire_bytes_of_a_comm_hook_it_does_not_know_are_the_buckets_and_"
+                   "it_says_so.<locals>.my_hook sends; the records' bytes are its buckets' "
+                   "uncompressed sizes, not necessarily what it sends"]
+
+
+# PowerSGD's start_powerSGD_iter in the tests below: iterations 0 and 1 all-reduce the
+# bucket, 2 on compress (so both phases run).
+POWERSGD_START = 2
+COMPOSE_ITERATIONS = 5
+
+
+def _mlp() -> Any:          # torch is imported by the caller
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 48), nn.ReLU(),
+                         nn.Linear(48, 10))
+
+
+def _inner_hooks() -> dict:
+    """name -> (hook, a function making a fresh state, DDP's bucket_cap_mb): each run
+    gets its own state.  fp16/bf16 run with several buckets; PowerSGD with one (the
+    model is below DDP's 1 MB first bucket): over gloo, PowerSGD with several buckets
+    aborts in PyTorch itself, hook or not (it issues its P and Q all-reduces from future
+    callbacks, whose order differs between ranks: a collective mismatch).
+    ``batched_powerSGD_hook`` is not here: in PyTorch 2.14 it fails on its own (its
+    ``_orthogonalize`` asserts a batch of matrices and is given one)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+
+    def powersgd(**kw: Any) -> Any:
+        return lambda: psgd.PowerSGDState(None, matrix_approximation_rank=1,
+                                          start_powerSGD_iter=POWERSGD_START, **kw)
+
+    several, one = 0.01, 25
+    return {
+        "fp16": (default_hooks.fp16_compress_hook, lambda: None, several),
+        "bf16": (default_hooks.bf16_compress_hook, lambda: None, several),
+        "powersgd": (psgd.powerSGD_hook, powersgd(warm_start=False), one),
+        "powersgd-warm": (psgd.powerSGD_hook, powersgd(warm_start=True), one),
+        "powersgd-fp16": (default_hooks.fp16_compress_wrapper(psgd.powerSGD_hook),
+                          powersgd(), one),
+    }
+
+
+def _compose_worker(rank: int, world: int, tmp: str) -> None:
+    """Per inner hook: the same model trained twice from the same start, once with the
+    hook registered on DDP and once through attach_ddp(inner_hook=...): every gradient
+    and the final parameters must be bit for bit the same."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def train(ddp: DDP, h: hook.IterationHook | None) -> list:
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        gen = torch.Generator().manual_seed(rank)
+        seen = []
+        for _ in range(COMPOSE_ITERATIONS):
+            x, y = torch.randn(8, 32, generator=gen), torch.randint(0, 10, (8,), generator=gen)
+            with h.iteration() if h else contextlib.nullcontext():
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(ddp(x), y).backward()
+                seen.append([p.grad.clone() for p in ddp.parameters()])
+                opt.step()
+        return seen + [[p.detach().clone() for p in ddp.parameters()]]
+
+    def run(name: str, inner: Any, state: Any, cap: float) -> dict:
+        plain = DDP(_mlp(), bucket_cap_mb=cap)
+        plain.register_comm_hook(state(), inner)
+        expected = train(plain, None)
+        timed = DDP(_mlp(), bucket_cap_mb=cap)
+        h = hook.IterationHook(Path(tmp, name))
+        h.attach_ddp(timed, inner_hook=inner, inner_state=state())
+        got = train(timed, h)
+        h.close()
+        same = all(torch.equal(a, b) for step_a, step_b in zip(expected, got, strict=True)
+                   for a, b in zip(step_a, step_b, strict=True))
+        moved = not torch.equal(expected[-1][0], _mlp()[0].weight)
+        return {"same": same, "moved": moved, "stray": h.stats().stray_reductions}
+
+    results = {name: run(name, *case) for name, case in _inner_hooks().items()}
+    shapes = [list(p.shape) for p in _mlp().parameters()]
+    Path(tmp, f"result{rank}.json").write_text(json.dumps({"cases": results,
+                                                           "shapes": shapes}))
+
+
+def _powersgd_elements(shapes: list[list[int]], rank: int = 1, min_rate: float = 2) -> int:
+    """What powerSGD_hook all-reduces per iteration once it compresses (its docstring's
+    rule, written out independently of the hook's counters): a parameter viewed as an
+    n x m matrix is sent as P (n x r) and Q (m x r) when (n + m) r * min_rate < n m,
+    else as it is."""
+    total = 0
+    for shape in shapes:
+        n = shape[0]
+        m = math.prod(shape[1:]) if len(shape) > 1 else 1
+        r = min(n, m, rank)
+        total += (n + m) * r if (n + m) * r * min_rate < n * m else n * m
+    return total
+
+
+def test_ddp_comm_hooks_compose_with_the_timed_hook_bit_for_bit(tmp_path: Path) -> None:
+    pytest.importorskip("torch", reason=TORCH_REASON)
+    _run_ranks(_compose_worker, tmp_path)
+    results = [json.loads((tmp_path / f"result{k}.json").read_text()) for k in (0, 1)]
+    shapes = results[0]["shapes"]
+    numel = sum(math.prod(s) for s in shapes)
+    full, compressed = 4 * numel, 4 * _powersgd_elements(shapes)
+    assert compressed < full / 5
+    before = [full] * POWERSGD_START
+    after = COMPOSE_ITERATIONS - POWERSGD_START
+    expected_bytes = {
+        "fp16": [2 * numel] * COMPOSE_ITERATIONS,
+        "bf16": [2 * numel] * COMPOSE_ITERATIONS,
+        "powersgd": before + [compressed] * after,
+        "powersgd-warm": before + [compressed] * after,
+        "powersgd-fp16": [full // 2] * POWERSGD_START + [compressed // 2] * after,
+    }
+    for name, per_iteration in expected_bytes.items():
+        for rank, result in enumerate(results):
+            case = result["cases"][name]
+            assert case["same"], f"{name}, rank {rank}: the timed hook changed training"
+            assert case["moved"] and case["stray"] == 0, name
+        records = hook.read_records(tmp_path / name)
+        assert [(r.rank, r.iteration) for r in records] == [
+            (k, i) for k in (0, 1) for i in range(COMPOSE_ITERATIONS)], name
+        buckets = 2 if name in ("fp16", "bf16") else 1   # several from step 2 on
+        for rank in (0, 1):
+            mine = [r for r in records if r.rank == rank]
+            assert [r.bytes for r in mine] == per_iteration, (name, rank)
+            assert all(r.buckets >= buckets and _ordered(r) for r in mine[1:]), name
+
+
+def _compiled_worker(rank: int, world: int, tmp: str) -> None:
+    """torch.compile(DDP) (Dynamo's DDPOptimizer; aot_eager needs no C++ compiler), the
+    hook attached to the compiled model with fp16 compression inside, against the same
+    compiled model with the fp16 hook registered alone."""
+    import torch
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def train(model: Any, h: hook.IterationHook | None) -> list:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        gen = torch.Generator().manual_seed(rank)
+        seen = []
+        for _ in range(3):
+            x, y = torch.randn(8, 32, generator=gen), torch.randint(0, 10, (8,), generator=gen)
+            with h.iteration() if h else contextlib.nullcontext():
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                seen += [p.grad.clone() for p in model.parameters()]
+                opt.step()
+        return seen
+
+    def compiled(ddp: DDP) -> Any:
+        torch._dynamo.reset()
+        return torch.compile(ddp, backend="aot_eager")
+
+    plain = DDP(_mlp())
+    plain.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    expected = train(compiled(plain), None)
+    model = compiled(DDP(_mlp()))
+    with hook.IterationHook(Path(tmp, "compiled")) as h:
+        h.attach_ddp(model, inner_hook=default_hooks.fp16_compress_hook)   # its DDP's
+        got = train(model, h)
+    same = all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
+    numel = sum(p.numel() for p in _mlp().parameters())
+    Path(tmp, f"result{rank}.json").write_text(json.dumps({"same": same, "numel": numel}))
+
+
+def test_a_compiled_ddp_model_is_timed_like_an_eager_one(tmp_path: Path) -> None:
+    pytest.importorskip("torch", reason=TORCH_REASON)
+    _run_ranks(_compiled_worker, tmp_path)
+    results = [json.loads((tmp_path / f"result{k}.json").read_text()) for k in (0, 1)]
+    assert all(r["same"] for r in results), "the timed hook changed compiled training"
+    records = hook.read_records(tmp_path / "compiled")
+    assert [(r.rank, r.iteration, r.bytes) for r in records] == [
+        (k, i, 2 * results[0]["numel"]) for k in (0, 1) for i in range(3)]
+    assert all(r.buckets >= 1 and _ordered(r) for r in records)
+
+
+def _accumulation_worker(rank: int, world: int, tmp: str, agent_path: str) -> None:
+    """Gradient accumulation (DDP's no_sync) with the hook: one iteration per
+    micro-batch, and one per optimizer step; then the refusals of a second comm hook."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    steps, micro = 2, 3                           # optimizer steps, micro-batches each
+
+    def train(ddp: DDP, h: hook.IterationHook | None, per_micro: bool) -> list:
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        gen = torch.Generator().manual_seed(rank)
+
+        def backward(sync: bool) -> None:
+            x, y = torch.randn(4, 32, generator=gen), torch.randint(0, 10, (4,), generator=gen)
+            with contextlib.nullcontext() if sync else ddp.no_sync():
+                torch.nn.functional.cross_entropy(ddp(x), y).backward()
+
+        def marked(on: bool) -> Any:
+            return h.iteration() if h is not None and on else contextlib.nullcontext()
+
+        for _ in range(steps):
+            with marked(not per_micro):
+                for i in range(micro):
+                    with marked(per_micro):
+                        backward(sync=i == micro - 1)
+                        if i == micro - 1:
+                            opt.step()
+                            opt.zero_grad()
+        return [p.detach().clone() for p in ddp.parameters()]
+
+    def errors() -> dict:
+        out = {}
+        registered = DDP(_mlp())
+        registered.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        builtin = DDP(_mlp())
+        builtin._register_builtin_comm_hook(dist.BuiltinCommHookType.FP16_COMPRESS)
+        attached = DDP(_mlp())
+        hook.IterationHook().attach_ddp(attached, inner_hook=default_hooks.fp16_compress_hook)
+        for name, call in [
+            ("registered", lambda: hook.IterationHook().attach_ddp(registered)),
+            ("builtin", lambda: hook.IterationHook().attach_ddp(builtin)),
+            ("after", lambda: attached.register_comm_hook(None,
+                                                          default_hooks.allreduce_hook)),
+            ("twice", lambda: hook.IterationHook().attach_ddp(attached)),
+        ]:
+            try:
+                call()
+                out[name] = None
+            except SpecError as e:
+                out[name] = str(e)
+        return out
+
+    results: dict = {"grad_bytes": sum(p.numel() * p.element_size()
+                                       for p in _mlp().parameters())}
+    plain = train(DDP(_mlp(), bucket_cap_mb=0.01), None, per_micro=True)
+    for name, per_micro in (("micro", True), ("step", False)):
+        ddp = DDP(_mlp(), bucket_cap_mb=0.01)
+        with hook.IterationHook(Path(tmp, name), job=name, signal=True,
+                                agent_socket=agent_path) as h:
+            h.attach_ddp(ddp)
+            got = train(ddp, h, per_micro)
+        results[name] = all(torch.equal(a, b) for a, b in zip(plain, got, strict=True))
+    results["errors"] = errors()
+    Path(tmp, f"result{rank}.json").write_text(json.dumps(results))
+
+
+def test_gradient_accumulation_records_the_synchronising_step_and_a_second_comm_hook_is_refused(
+        agent: Agent, tmp_path: Path) -> None:
+    pytest.importorskip("torch", reason=TORCH_REASON)
+    _run_ranks(_accumulation_worker, tmp_path, agent.path)
+    results = [json.loads((tmp_path / f"result{k}.json").read_text()) for k in (0, 1)]
+    grad_bytes = results[0]["grad_bytes"]
+    for result in results:
+        assert result["micro"] and result["step"], "the hook changed accumulated training"
+    micro = hook.read_records(tmp_path / "micro")
+    assert len(micro) == 2 * 6
+    for r in micro:
+        if r.iteration % 3 == 2:      # the micro-batch that synchronises: the all-reduce
+            assert (r.bytes, r.buckets >= 1, _ordered(r)) == (grad_bytes, True, True)
+        else:                         # no_sync: nothing communicated, nothing seen
+            assert (r.bytes, r.buckets, r.comm_start, r.comm_end) == (0, 0, None, None)
+        assert r.signal_seq is not None        # every iteration signals (at end())
+    step = hook.read_records(tmp_path / "step")
+    assert [(r.rank, r.iteration, r.bytes) for r in step] == [
+        (k, i, grad_bytes) for k in (0, 1) for i in range(2)]
+    assert all(r.buckets >= 1 and _ordered(r) and r.signal_seq is not None for r in step)
+    jobs = [m["job"] for _, m in agent.received]
+    assert (jobs.count("micro"), jobs.count("step")) == (12, 4)
+    fix = ("register none yourself: pass it to attach_ddp(model, inner_hook=hook, "
+           "inner_state=state), which calls it and times it")
+    for result in results:
+        assert result["errors"] == {
+            "registered": "inner_hook: the model has a comm hook registered already "
+                          f"(fp16_compress_hook; DDP takes one); {fix}",
+            "builtin": "inner_hook: the model has a comm hook registered already (DDP takes "
+                       f"one); {fix}",
+            "after": "inner_hook: the model's comm hook is MLTCP's timed hook (attach_ddp) "
+                     f"already, and DDP takes one; {fix}",
+            "twice": "model: has MLTCP's timed comm hook already (attach_ddp was called on "
+                     "it before); use one IterationHook per model",
+        }

@@ -16,7 +16,6 @@ them for ``python -m mltcp.workloads.ddp``), so this file is their table:
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +27,7 @@ import pytest
 from mltcp import hook
 from mltcp.core.errors import SpecError
 from mltcp.core.workload import MAX_START_AHEAD_S, parse, start_time
+from tests.interrupt import ctrl_c_group_when_ready
 
 REPO = Path(__file__).resolve().parents[1]
 HOOK_VARS = ("MLTCP_HOOK_OUT", "MLTCP_JOB", "MLTCP_HOOK_SIGNAL", "MLTCP_AGENT_SOCKET", "RANK",
@@ -201,26 +201,10 @@ def test_ctrl_c_while_waiting_for_the_start_is_one_line_and_130(tmp_path: Path) 
     env = {**os.environ, "PYTHONPATH": str(REPO), "RANK": "0", "WORLD_SIZE": "1",
            "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
            "GLOO_SOCKET_IFNAME": "lo", "MLTCP_START_AT": repr(time.time() + 600)}
-    proc = subprocess.Popen(
+    code, err = ctrl_c_group_when_ready(
         [sys.executable, "-m", "mltcp.workloads.ddp", "--model", "transformer", "--preset",
          "tiny", "--iterations", "2", "--hook-out", str(tmp_path / "rec")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        start_new_session=True)
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("start: ready at"):
-                break
-        else:
-            pytest.fail(f"never got ready: {proc.stderr.read() if proc.stderr else ''}")
-        time.sleep(0.5)
-        os.killpg(proc.pid, signal.SIGINT)
-        code = proc.wait(timeout=60)
-        err = proc.stderr.read() if proc.stderr else ""
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        "start: ready at", env, delay_s=0.5)
     assert code == 130, err
     assert err.splitlines() == ["python -m mltcp.workloads.ddp: interrupted (SIGINT)"], err
     assert (tmp_path / "rec" / "hook-rank0.jsonl").exists()

@@ -11,6 +11,7 @@ bench/bench_hosts.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -116,9 +117,13 @@ def test_one_short_run_per_scheme(hosts, scheme) -> None:
 
     scenario, inventory, work = hosts
     out = work / f"out-{scheme}"
+    # These 8 processes take ~11 s to start on an idle 2-core machine, which the
+    # backend's first slack (15 s) covers; in the suite, beside the pure-Python tests on
+    # every core, they took 16-17 s (measured beside two busy loops), so each run ran
+    # twice (77 and 94 s).  With a slack of 30 s: one attempt, 45-51 s.
     run_scenario(str(scenario), out, schemes=[scheme], seeds=[0], backend="hosts",
                  backend_options={"inventory": str(inventory), "keep_logs": str(out / "logs"),
-                                  "start_slack_s": 8.0})
+                                  "start_slack_s": 30.0})
     [trace_file] = (out / "traces").glob("*.json")
     trace = json.loads(trace_file.read_text())
     assert trace["backend"] == "hosts" and trace["scheme"] == scheme
@@ -142,6 +147,7 @@ def test_one_short_run_per_scheme(hosts, scheme) -> None:
     # The synchronized start as it went: each job's skew and start-up; a run that
     # missed it was run again (attempt 2) and is marked, never passed off as synchronized.
     began = trace["provenance"]["start"]
+    print(json.dumps(began))
     assert set(began["jobs"]) == {"a", "b"} and began["attempt"] in (1, 2)
     assert all(j["startup_s"] is not None and j["startup_s"] > 0 for j in began["jobs"].values())
     assert began["synchronized"] == (began["max_skew_s"] <= began["tolerance_s"])
@@ -204,8 +210,22 @@ def _assert_nothing_left() -> None:
     assert datapath.loaded_modules() == []
     assert jobs.Registry().read() == {}
     assert not _leftovers() - PREEXISTING
-    assert subprocess.run(["pgrep", "-f", "mltcp.workloads.ddp"],
-                          capture_output=True).returncode == 1, "a worker survived"
+    assert _workers_in_host_namespaces() == [], "a worker survived"
+
+
+def _workers_in_host_namespaces() -> list[int]:
+    """Every DDP workload process in a network namespace other than this process's: the
+    hosts run's workers run in the namespace hosts; the pure-Python tests that run beside
+    these (scripts/suite.py) start the same workload in the root namespace."""
+    own = os.stat("/proc/self/ns/net").st_ino
+    found = subprocess.run(["pgrep", "-f", "mltcp.workloads.ddp"], capture_output=True,
+                           text=True).stdout.split()
+    pids = []
+    for pid in map(int, found):
+        with contextlib.suppress(OSError):          # gone meanwhile: not a survivor
+            if os.stat(f"/proc/{pid}/ns/net").st_ino != own:
+                pids.append(pid)
+    return pids
 
 
 def _long_run(hosts, tmp_path: Path) -> subprocess.Popen[str]:  # type: ignore[no-untyped-def]

@@ -73,6 +73,14 @@ def test_a_job_file_declares_modules_and_jobs_with_attachs_fields(tmp_path):
     ("modules = ['vegas']", "module"),
     ("jobs = []", "jobs"),
     ("[job]\nname = 'a'", "job"),
+    # Values of another type (found by tests/test_schemas.py): refused, not a traceback
+    # or, for the cgroup, a failure later in apply.
+    ("modules = 5", "modules"),
+    ("modules = ['cubic', 5]", "modules"),
+    ("job = [1]", "job[0]"),
+    ("[[job]]\nname = 'a'\nbudget = 5000\nport = 1\npreset = ['default']", "job[0].preset"),
+    ("[[job]]\nname = 'a'\nbudget = 5000\nport = 1\npreset = 'nope'", "job[0].preset"),
+    ("[[job]]\nname = 'a'\nbudget = 5000\ncgroup = 5", "job[0].cgroup"),
 ])
 def test_a_bad_job_file_is_one_line_naming_the_file_and_the_field(tmp_path, text, field):
     path = _write(tmp_path, text)

@@ -194,3 +194,21 @@ def test_cli_attach_list_status_metrics_detach(loaded):
     assert bad.returncode == 2 and bad.stderr.startswith("mltcp: error: budget:")
     assert run("job", "detach", "tr").returncode == 0
     assert run("job", "list").stdout.strip() == "no jobs attached"
+
+
+def test_detach_of_several_jobs_takes_all_or_none(loaded):
+    """`mltcp job detach a b` in one process (the hosts backend's teardown); a name that
+    is not attached leaves every job attached and names itself."""
+    for i, name in enumerate(("a", "b", "c")):
+        jobs.attach(jobs.JobSpec(name=name, budget=1000, rules=(rules.Rule(port=7100 + i),)))
+    run = lambda *a: subprocess.run([sys.executable, "-m", "mltcp.cli", *a],  # noqa: E731
+                                    capture_output=True, text=True)
+    bad = run("job", "detach", "c", "nosuch", "a")
+    assert bad.returncode == 2, bad.stderr
+    assert bad.stderr.strip() == ("mltcp: error: name: no job named 'nosuch'; "
+                                  "see `mltcp job list`")
+    assert sorted(jobs.Registry().read()) == ["a", "b", "c"]
+    ok = run("job", "detach", "a", "b", "a")
+    assert ok.returncode == 0 and ok.stdout.strip() == "detached jobs a, b", ok.stderr
+    [left] = jobs.Registry().read().values()
+    assert left.spec.name == "c" and [s.name for s in telemetry.collect()] == ["c"]

@@ -102,6 +102,7 @@ def _records(trace) -> list[tuple]:
 
 
 @needs_ns3
+@pytest.mark.idle           # long and CPU-only: scripts/suite.py
 def test_f_equal_one_is_ns3s_own_algorithm_exactly() -> None:
     """MLTCP classes with F == 1 (slope 0, intercept 1) give bit-identical runs to ns-3's
     TcpLinuxReno / TcpCubic / TcpDctcp: the scaling is the identity, so every event is
@@ -134,6 +135,7 @@ def test_f_equal_one_is_ns3s_own_algorithm_exactly() -> None:
 
 
 @needs_ns3
+@pytest.mark.idle           # long and CPU-only: scripts/suite.py
 def test_f_above_one_grows_faster_in_congestion_avoidance() -> None:
     """One job alone, one 20 MB phase on 100 Mbit/s: F pinned at 2 (slope 0, intercept
     2) probes the queue twice as fast in congestion avoidance, so it overflows it more
@@ -184,6 +186,7 @@ def _two_spines(seed_range: range = range(50)):
 
 
 @needs_ns3
+@pytest.mark.idle           # long and CPU-only: scripts/suite.py
 def test_leaf_spine_flows_take_their_ecmp_paths_and_phases_are_recorded() -> None:
     """Each ring flow crosses exactly the spine that ring_flow_path drew for this seed
     (the fluid model's path); a model-parallel iteration records both phases, each
@@ -244,13 +247,13 @@ def test_a_run_over_its_wall_clock_budget_is_killed(monkeypatch) -> None:
 
 
 @needs_ns3
-def test_a_sweep_runs_ns3_points_and_their_dedicated_runs_on_dask(tmp_path) -> None:
-    """`mltcp sweep --backend ns3`: each run is one Dask task on a local cluster (two
-    worker processes, each starting its own ns-3 process), a point waits for its
-    jobs' dedicated runs, and the row comes out as for the fluid model.  One job alone
-    under MLTCP with slope 0 (F == 1) is bit-identical to its dedicated run under
-    standard cubic, so the ratio is exactly 1."""
-    pytest.importorskip("distributed", reason="the sweep extra (dask) is not installed")
+@pytest.mark.idle           # long and CPU-only: scripts/suite.py
+def test_a_sweep_runs_ns3_points_and_their_dedicated_runs_on_local_workers(tmp_path) -> None:
+    """`mltcp sweep --backend ns3`: each run is one task of a pool of two local worker
+    processes (each starting its own ns-3 process), a point waits for its jobs'
+    dedicated runs, and the row comes out as for the fluid model.  One job alone under
+    MLTCP with slope 0 (F == 1) is bit-identical to its dedicated run under standard
+    cubic, so the ratio is exactly 1."""
     from mltcp.lab.scenario import sweep
 
     sc = _small()
@@ -258,7 +261,7 @@ def test_a_sweep_runs_ns3_points_and_their_dedicated_runs_on_dask(tmp_path) -> N
     spec = sweep.SweepSpec(sc, sc.scheme("mltcp-cubic"), {"slope": (0.0,)}, (0,),
                            backend="ns3")
     seen = []
-    rows = sweep.execute(spec, workers=2, progress=lambda done, total, _t: seen.append(
+    rows = sweep.execute(spec, parallel=2, progress=lambda done, total, _t: seen.append(
         (done, total)))
     assert seen[-1] == (2, 2)                     # the dedicated run and the point
     (row,) = rows
@@ -291,6 +294,7 @@ print(json.dumps({"accepts": accepts, "f": fs}))
 
 
 @needs_ns3
+@pytest.mark.idle           # long and CPU-only: scripts/suite.py
 def test_f_and_its_bounds_are_the_python_specs_in_ns3(tmp_path) -> None:
     """One F: ns-3's attribute checkers accept exactly Python's parameter ranges (they are
     rendered from them), and its Q16.16 F equals mltcp.core's on a grid that reaches the
@@ -316,6 +320,7 @@ def test_f_and_its_bounds_are_the_python_specs_in_ns3(tmp_path) -> None:
 
 
 @needs_ns3
+@pytest.mark.idle           # long and CPU-only: scripts/suite.py
 def test_the_dumbbell_program_runs_on_its_own(tmp_path) -> None:
     """ns3_scenarios/dumbbell.py as a researcher runs it: two MLTCP jobs, a table of their
     iterations, and the common trace; leaf_spine.py answers --help without ns-3."""

@@ -9,6 +9,7 @@ start-up of the processes being compared.  The protocol tests use a stand-in wor
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import pytest
@@ -34,6 +35,7 @@ def _plans() -> tuple:
 
 
 @needs_ns3
+@pytest.mark.idle           # long and CPU-only: scripts/suite.py
 def test_one_worker_gives_a_fresh_processs_traces_plan_after_plan() -> None:
     """A, B, A stopped mid-way by an error, A again in one worker: every A is the fresh
     process's A and B the fresh process's B, bit for bit."""
@@ -59,6 +61,7 @@ def test_one_worker_gives_a_fresh_processs_traces_plan_after_plan() -> None:
 
 
 @needs_ns3
+@pytest.mark.idle           # long and CPU-only: scripts/suite.py
 def test_the_backend_reuses_its_workers(monkeypatch) -> None:
     """Three runs through the backend start at most one worker (none when the session
     already has an idle one), which goes back to the pool."""
@@ -154,3 +157,38 @@ def test_a_stopped_run_kills_its_worker_within_a_poll(monkeypatch) -> None:
     assert time.monotonic() - t0 < 1.0 and not worker.alive()
     with pytest.raises(MltcpError, match="failed: exit status -9"):
         worker.run(_plan(0))                            # a killed worker runs nothing
+
+
+def test_the_worker_takes_its_scratch_directory_with_it(monkeypatch, tmp_path) -> None:
+    """A worker whose parent never closes it (killed, or a pool's worker process, which
+    ends by os._exit without its exit handlers: a sweep on local workers left one
+    /tmp/mltcp-ns3-* per worker) removes its --work-dir when its stdin ends, whether
+    serving ended normally or by an error."""
+    from mltcp.lab.scenario.ns3 import worker
+
+    monkeypatch.setattr(worker, "protocol_channel", lambda: None)
+    for outcome in (lambda *_: 0, lambda *_: 1 / 0):
+        scratch = tmp_path / "scratch"
+        scratch.mkdir()
+        (scratch / "trace-0.json").write_text("{}")
+        monkeypatch.setattr(worker, "serve", outcome)
+        with contextlib.suppress(ZeroDivisionError):
+            worker.main(["--work-dir", str(scratch)])
+        assert not scratch.exists()
+    assert worker.main(["--work-dir"]) == 2 and worker.main(["--other", "x"]) == 2
+
+
+@needs_ns3
+@pytest.mark.idle           # long and CPU-only: scripts/suite.py
+def test_a_real_worker_whose_parent_vanished_leaves_no_scratch() -> None:
+    """The real worker: its stdin closed without close() (as when its parent dies), it
+    ends and its scratch directory is gone."""
+    from mltcp.lab.scenario.ns3 import launch
+
+    worker = launch.Worker()
+    assert worker.tmp.is_dir()
+    assert worker.proc.stdin is not None
+    worker.proc.stdin.close()
+    assert worker.proc.wait(timeout=300) == 0        # a hang guard, not a timing
+    assert not worker.tmp.exists()
+    worker.close()

@@ -98,11 +98,10 @@ def test_an_empty_or_unrelated_directory_is_claimed(tmp_path) -> None:
 
 
 def test_the_sweep_claims_its_directory_too(tmp_path, capsys) -> None:
-    pytest.importorskip("distributed", reason="the sweep extra (dask) is not installed")
     out = tmp_path / "o"
     assert _fluid_run(out, "compatible-pair", "--seed", "0") == 0
     capsys.readouterr()
-    assert main(["sweep", "compatible-pair", "--param", "slope=1", "--workers", "1",
+    assert main(["sweep", "compatible-pair", "--param", "slope=1", "--parallel", "1",
                  "--out", str(out)]) == EXIT_BAD_INPUT
     assert "not sweep compatible-pair" in capsys.readouterr().err
 

@@ -1,5 +1,6 @@
-"""Sweeps: grid parsing and validation, grid points as scenarios, and a real run on a
-local Dask cluster whose rows equal those computed in this process."""
+"""Sweeps: grid parsing and validation, grid points as scenarios, and real runs on a pool
+of local worker processes and on a Dask cluster (in this process, reached at its
+address, as ``--dask ADDR`` would) whose rows equal those computed in this process."""
 
 from __future__ import annotations
 
@@ -63,14 +64,13 @@ def test_rows_separate_fair_from_mltcp() -> None:
     assert all(r["convergence_iteration"] < 20 for r in mltcp)
 
 
-def test_dask_sweep_writes_table_summary_and_plots(tmp_path) -> None:
+def test_a_parallel_sweep_writes_table_summary_and_plots(tmp_path) -> None:
     pd = pytest.importorskip("pandas", reason="the sweep extra (pandas) is not installed")
-    pytest.importorskip("distributed", reason="the sweep extra (dask) is not installed")
     spec = sweep.make_spec("compatible-pair", ["slope=0,1,4", "intercept=1,2"], seeds="0-1")
     seen = []
-    rows = sweep.execute(spec, workers=2, chunk_size=3,
+    rows = sweep.execute(spec, parallel=2, chunk_size=3,
                          progress=lambda done, total, _t: seen.append((done, total)))
-    assert seen[-1] == (4, 4)          # 12 runs in chunks of 3
+    assert seen[0] == (0, 4) and seen[-1] == (4, 4)       # 12 runs in chunks of 3
     local = [r for c in sweep.chunks(spec, 100) for r in sweep.run_chunk(spec, c)]
     assert rows == local               # same numbers, same (grid) order
     path = sweep.write(spec, rows, tmp_path, "parquet")
@@ -90,6 +90,89 @@ def test_dask_sweep_writes_table_summary_and_plots(tmp_path) -> None:
             assert (tmp_path / f"{name}.{suffix}").stat().st_size > 1000
     csv = sweep.write(spec, rows, tmp_path / "csv", "csv")
     assert len(pd.read_csv(csv)) == 12
+
+
+def test_chunks_follow_what_a_chunk_costs_on_the_backend() -> None:
+    """Fluid (a chunk costs about its runs one after the other): two chunks per worker.
+    DCQCN (its lanes are one vector: a chunk costs about one run, 4 runs took 44 s in one
+    chunk and 88 s in two): one chunk per structure, however many workers there are."""
+    from mltcp.lab.scenario.backends.dcqcn import DcqcnBackend
+    from mltcp.lab.scenario.backends.fluid import FluidBackend
+
+    assert DcqcnBackend.capabilities.vector_lanes and not FluidBackend.capabilities.vector_lanes
+    spec = sweep.make_spec("compatible-pair", ["slope=0,1,4", "jobs=2,3"], seeds="0-3")
+    per_structure = 3 * 4                          # slopes x seeds of one job count
+    for slots, expected in ((1, 2), (2, 4), (4, 8)):
+        parts = sweep._chunk_parts(spec, None, False, slots)
+        assert len(parts) == expected and sum(map(len, parts)) == 2 * per_structure
+    whole = sweep._chunk_parts(spec, None, True, 4)
+    assert sorted(map(len, whole)) == [per_structure, per_structure]   # jobs=2, jobs=3
+    assert len(sweep._chunk_parts(spec, 5, True, 4)) == 6              # as asked
+
+
+def test_one_chunk_runs_here_without_a_pool(monkeypatch) -> None:
+    """A vector-lane backend's sweep of one structure is one chunk: --parallel 2 runs it
+    in this process (a pool would only add its start), with the backend's progress lines
+    under the sweep's; the rows are those of chunks of any size."""
+    import dataclasses
+
+    from mltcp.lab.common import parallel
+    from mltcp.lab.scenario.backends.fluid import FluidBackend
+
+    monkeypatch.setattr(FluidBackend, "capabilities",
+                        dataclasses.replace(FluidBackend.capabilities, vector_lanes=True))
+
+    def no_pool(*_a, **_k):  # type: ignore[no-untyped-def]
+        raise AssertionError("a pool was started for one chunk")
+
+    monkeypatch.setattr(parallel, "fan_out", no_pool)
+    spec = sweep.make_spec("compatible-pair", ["slope=0,4"], seeds="0-1")
+    seen = []
+    rows = sweep.execute(spec, parallel=2,
+                         progress=lambda done, total, _t: seen.append((done, total)))
+    assert seen == [(0, 1), (1, 1)]
+    assert rows == [r for c in sweep.chunks(spec, 1) for r in sweep.run_chunk(spec, c)]
+
+
+def test_progress_inside_a_chunk_is_throttled(monkeypatch, capsys) -> None:
+    """A chunk's lines go through the runner's live line: off a terminal, one a 10 s."""
+    from mltcp.lab.scenario import runner
+
+    monkeypatch.setattr(runner, "_last_line", [0.0])
+    for k in range(5):
+        runner.live_progress(f"line {k}")
+    assert capsys.readouterr().err.splitlines() == ["line 0"]
+
+
+def test_a_sweep_without_its_table_writer_is_refused_before_it_runs(monkeypatch) -> None:
+    """A sweep needs no Dask on this host's cores, but it writes its table with pandas
+    (and pyarrow for Parquet): missing, one line before any run says how to get them."""
+    import importlib.util
+
+    from mltcp.core.errors import CapabilityError
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "pyarrow" else found(name, *a))
+    sweep.require("csv")
+    with pytest.raises(CapabilityError, match=r"with pyarrow, not installed: pip install "
+                                              r"'mltcp\[sweep\]'"):
+        sweep.require("parquet")
+
+
+def test_a_sweep_on_a_dask_cluster_gives_the_same_rows() -> None:
+    """``--dask ADDR``: the chunks go to the Dask cluster at that address (here one in
+    this process, with a single-threaded worker), the spec sent once; same rows."""
+    distributed = pytest.importorskip("distributed",
+                                      reason="the sweep extra (dask) is not installed")
+    spec = sweep.make_spec("compatible-pair", ["slope=0,4"], seeds="0-1")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  dashboard_address=None) as cluster:
+        seen = []
+        rows = sweep.execute(spec, dask_address=cluster.scheduler_address,
+                             progress=lambda done, total, _t: seen.append((done, total)))
+    assert seen[-1][0] == seen[-1][1] == 4                # two chunks per worker thread
+    assert rows == sweep.execute(spec, parallel=1, progress=None)
 
 
 @pytest.mark.parametrize(("params", "field"), [

@@ -7,7 +7,9 @@ checkout with no PYTHONPATH: the package finds its eBPF sources inside the venv,
 doctor reports the pre-built objects, a lab command says which extra it needs; and, on a
 host that can load eBPF, the installed ``mltcp`` loads every module, attaches a job, carries a flow
 under MLTCP with the agent running, and unloads, without ever compiling (its build
-cache stays empty: the wheel's pre-built CO-RE objects were used).
+cache stays empty: the wheel's pre-built CO-RE objects were used: stripped of DWARF, with
+their BTF).  Two builds of one commit, from two directories, are byte-identical; a build
+that cannot pre-build the objects fails, unless MLTCP_PREBUILT=0 asks for sources only.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -29,20 +32,40 @@ from tests.conftest import missing_bpf_capability
 
 REPO = Path(__file__).resolve().parents[1]
 OBJECTS = ("mltcp_reno", "mltcp_cubic", "mltcp_dctcp", "mltcp_sockops", "ecn_marker")
-CAN_PREBUILD = bool(shutil.which("clang") and shutil.which("bpftool")
-                    and Path("/sys/kernel/btf/vmlinux").exists())
-NO_PREBUILD = "the build host lacks clang, bpftool or kernel BTF: no pre-built objects"
+CAN_PREBUILD = bool(shutil.which("clang") and shutil.which("llvm-strip")
+                    and shutil.which("bpftool") and Path("/sys/kernel/btf/vmlinux").exists())
+NO_PREBUILD = ("the build host lacks clang, llvm-strip, bpftool or kernel BTF: no pre-built "
+               "objects")
 PREBUILT = "mltcp/host/bpf/prebuilt"
 
 
-def _build_wheel(out: Path, **extra: str) -> Path:
-    """``pip wheel`` of the checkout, with build isolation (setuptools from the index)."""
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
-                           str(out), str(REPO)], capture_output=True, text=True, timeout=900,
+def _pip_wheel(out: Path, src: Path = REPO, **extra: str) -> subprocess.CompletedProcess:
+    """``pip wheel`` of a checkout, with build isolation (setuptools from the index); where
+    the objects cannot be pre-built, of sources only (such a build would fail)."""
+    if not CAN_PREBUILD:
+        extra = {"MLTCP_PREBUILT": "0", **extra}
+    return subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
+                           str(out), str(src)], capture_output=True, text=True, timeout=900,
                           env={**os.environ, **extra})
+
+
+def _build_wheel(out: Path, src: Path = REPO, **extra: str) -> Path:
+    proc = _pip_wheel(out, src, **extra)
     assert proc.returncode == 0, proc.stderr[-3000:]
     [whl] = out.glob("mltcp-*.whl")
     return whl
+
+
+def elf_sections(data: bytes) -> set[str]:
+    """The section names of a 64-bit little-endian ELF object (what an eBPF object is)."""
+    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    headers = [struct.unpack_from("<I20xQQ", data, shoff + i * shentsize)
+               for i in range(shnum)]
+    _, strtab, _ = headers[shstrndx]
+    return {data[strtab + name:data.index(b"\0", strtab + name)].decode()
+            for name, _, _ in headers}
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +124,58 @@ def test_the_wheel_carries_sources_objects_unit_scenarios_and_ns3_programs(wheel
     # Made from the checkout's sources: what the installed runtime will match them against.
     assert {n: e["digest"] for n, e in manifest["objects"].items()} == {
         n: build.source_digest(n, REPO / "kernel") for n in OBJECTS}
+    assert manifest["stripped"] == "llvm-strip -g"
     for n in OBJECTS:
-        assert whl.read(f"{PREBUILT}/{n}.bpf.o")[:4] == b"\x7fELF"
+        sections = elf_sections(whl.read(f"{PREBUILT}/{n}.bpf.o"))
+        # BTF (types, CO-RE relocations, line info) for libbpf; no DWARF
+        assert {".BTF", ".BTF.ext"} <= sections, (n, sections)
+        assert not {s for s in sections if ".debug" in s}, (n, sections)
+
+
+def test_the_wheel_carries_the_licence_and_the_project_metadata(wheel: Path):
+    whl = zipfile.ZipFile(wheel)
+    assert whl.read("mltcp-0.1.0.dist-info/licenses/LICENSE") == (REPO / "LICENSE").read_bytes()
+    metadata = whl.read("mltcp-0.1.0.dist-info/METADATA").decode().splitlines()
+    assert {"License-Expression: GPL-2.0-only", "License-File: LICENSE",
+            "Author: MLTCP toolkit developers"} <= set(metadata)
+    assert b"GNU GENERAL PUBLIC LICENSE\n                       Version 2, June 1991" \
+        in (REPO / "LICENSE").read_bytes()
+
+
+def _commit_time() -> str:
+    return os.environ.get("SOURCE_DATE_EPOCH") or subprocess.run(
+        ["git", "-C", str(REPO), "log", "-1", "--format=%ct"], capture_output=True,
+        text=True, check=True).stdout.strip()
+
+
+def test_two_builds_of_a_commit_are_byte_identical(wheel: Path, tmp_path: Path):
+    """The session's wheel (timestamps: the last commit's time, setup.py's default in a
+    checkout) and one built from a copy of the checkout in another directory, with that
+    time as $SOURCE_DATE_EPOCH: the same bytes, objects included (no build path in them)."""
+    files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others",
+                            "--exclude-standard"], capture_output=True, check=True).stdout
+    copy = tmp_path / "elsewhere" / "mltcp-src"
+    for name in filter(None, files.decode().split("\0")):
+        if (REPO / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, copy / name)
+    again = _build_wheel(tmp_path / "out", copy, SOURCE_DATE_EPOCH=_commit_time())
+    first, second = zipfile.ZipFile(wheel), zipfile.ZipFile(again)
+    differ = [i.filename for i, j in zip(first.infolist(), second.infolist(), strict=False)
+              if (i.filename, i.date_time, i.external_attr, i.CRC)
+              != (j.filename, j.date_time, j.external_attr, j.CRC)]
+    assert first.namelist() == second.namelist() and differ == []
+    assert wheel.read_bytes() == again.read_bytes()
+
+
+@pytest.mark.skipif(not CAN_PREBUILD, reason=NO_PREBUILD)
+def test_a_build_that_cannot_prebuild_the_objects_fails(tmp_path: Path):
+    """No silent wheel of sources only: without clang the build stops and names the
+    opt-out."""
+    proc = _pip_wheel(tmp_path / "out", PATH=_path_without_compilers(tmp_path))
+    assert proc.returncode != 0 and not list((tmp_path / "out").glob("*.whl"))
+    out = proc.stdout + proc.stderr
+    assert "cannot pre-build the eBPF objects (clang" in out and "MLTCP_PREBUILT=0" in out
 
 
 def test_mltcp_prebuilt_0_gives_a_sources_only_wheel(wheel: Path, tmp_path: Path):

@@ -18,6 +18,7 @@ from mltcp import hook
 from mltcp.core.errors import CapabilityError, SpecError
 from mltcp.workloads import spec, transport
 from tests.hook_agent import Agent, short_tmp
+from tests.interrupt import ctrl_c_group_when_ready
 
 TORCH_REASON = "needs PyTorch: pip install 'mltcp[torch]'"
 
@@ -83,6 +84,44 @@ def test_the_command_refuses_on_one_line(capsys) -> None:
     assert err[2].startswith("python -m mltcp.workloads.ddp: error: --batch: ")
 
 
+def test_a_model_too_large_for_the_gpu_is_one_line_naming_batch_and_model(
+        monkeypatch, capsys) -> None:
+    """The scenario cannot know a host's GPU; PyTorch's out-of-memory error there ends
+    the rank in one line (exit 3, a limit of the host) that says what to make smaller.
+    The error is PyTorch's own class with its own message, raised where training would
+    raise it (this machine has no GPU to fill)."""
+    torch = pytest.importorskip("torch", reason=TORCH_REASON)
+    from mltcp.workloads import ddp
+
+    said = ("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of "
+            "79.19 GiB of which 3.21 GiB is free. Including non-PyTorch memory, this process "
+            "has 75.97 GiB memory in use.")
+
+    def train(run: spec.RunSpec) -> int:
+        raise torch.OutOfMemoryError(said)
+
+    monkeypatch.setattr(ddp, "train", train)
+    assert ddp.main(["--model", "transformer", "--batch", "512", "--d-model", "4096"]) == 3
+    assert ddp.main(["--model", "resnet50", "--batch", "4096"]) == 3
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "python -m mltcp.workloads.ddp: error: --model transformer with --batch 512 does not "
+        "fit this GPU's memory (PyTorch: CUDA out of memory. Tried to allocate 20.00 GiB. GPU "
+        "0 has a total capacity of 79.19 GiB of which 3.21 GiB is free); give a smaller "
+        "--batch or model (--d-model 4096, --layers 4)",
+        "python -m mltcp.workloads.ddp: error: --model resnet50 with --batch 4096 does not "
+        "fit this GPU's memory (PyTorch: CUDA out of memory. Tried to allocate 20.00 GiB. GPU "
+        "0 has a total capacity of 79.19 GiB of which 3.21 GiB is free); give a smaller "
+        "--batch or model (--image-size 32)"]
+
+    def other(run: spec.RunSpec) -> int:
+        raise RuntimeError("something else")
+
+    monkeypatch.setattr(ddp, "train", other)
+    with pytest.raises(RuntimeError, match="something else"):     # not taken for memory
+        ddp.main(["--model", "resnet50"])
+
+
 # --------------------------------------------------------------------------- transport
 
 
@@ -131,10 +170,11 @@ def test_synthetic_data_come_from_the_seed_and_the_rank() -> None:
     assert not torch.equal(a[0][0], other[0][0])
 
 
-def _torchrun(out: Path, *argv: str, env: dict[str, str] | None = None) -> str:
+def _torchrun(out: Path, *argv: str, env: dict[str, str] | None = None,
+              launcher: str = "torch.distributed.run") -> str:
     """The workload on two ranks of one host (torchrun --standalone picks the port)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+        [sys.executable, "-m", launcher, "--standalone", "--nproc-per-node",
          "2", "-m", "mltcp.workloads.ddp", "--iterations", "3", "--log-every", "1",
          "--hook-out", str(out), *argv],
         capture_output=True, text=True, timeout=120,
@@ -188,3 +228,38 @@ def test_the_transformer_trains_on_two_ranks_and_signals_each_iteration(
     assert sorted((m["iteration"], m["job"], m["op"]) for _, m in agent.received) == sorted(
         (r.iteration, "lm", "signal") for r in records)
     assert "compute pad" not in stdout and "end-of-iteration signal for job lm" in stdout
+
+
+# --------------------------------------------------------------------------- Ctrl-C
+
+
+def test_ctrl_c_under_the_projects_torchrun_is_one_line_per_process(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C (SIGINT to the process group) mid-training under
+    ``python -m mltcp.workloads.torchrun``: each rank's line, then the launcher's, and
+    130; plain torchrun printed its SignalException's traceback and exited 1."""
+    pytest.importorskip("torch", reason=TORCH_REASON)
+    code, err = ctrl_c_group_when_ready(
+        [sys.executable, "-m", "mltcp.workloads.torchrun", "--standalone", "--nproc-per-node",
+         "2", "-m", "mltcp.workloads.ddp", "--model", "transformer", "--preset", "tiny",
+         "--iterations", "1000000", "--log-every", "1", "--hook-out", str(tmp_path)],
+        "iteration 2/",
+        # OMP_NUM_THREADS set (as the hosts backend does): torchrun warns at start otherwise
+        {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"})
+    assert code == 130, err
+    assert err.splitlines() == ["python -m mltcp.workloads.ddp: interrupted (SIGINT)"] * 2 + [
+        "python -m mltcp.workloads.torchrun: interrupted (SIGINT)"], err
+    assert sorted(p.name for p in tmp_path.glob("hook-rank*.jsonl")) == [
+        "hook-rank0.jsonl", "hook-rank1.jsonl"]               # each rank closed its records
+
+
+def test_the_projects_torchrun_passes_its_exit_and_flags_through(tmp_path: Path) -> None:
+    """Without a signal it is torchrun: the ranks run, and a bad flag is torchrun's."""
+    pytest.importorskip("torch", reason=TORCH_REASON)
+    from mltcp.workloads import torchrun
+
+    with pytest.raises(SystemExit) as bad:
+        torchrun.main(["--nproc-per-node"])
+    assert bad.value.code == 2
+    stdout = _torchrun(tmp_path, "--model", "transformer", "--preset", "tiny", "--batch", "2",
+                       launcher="mltcp.workloads.torchrun")
+    assert "iteration 3/3" in stdout

@@ -36,7 +36,7 @@ from mltcp import __version__
 from mltcp.cli import cluster, dcqcn, host, output
 from mltcp.cli import scenario as lab
 from mltcp.cli.exits import Exit, epilog
-from mltcp.core import signals
+from mltcp.core import console, signals
 from mltcp.core.errors import CapabilityError, MltcpError, SpecError
 
 # What the lab needs and a host install (no extras) does not have.
@@ -72,10 +72,44 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"mltcp: error: {message} (see `{self.prog} --help`)\n")
 
 
+def version_text() -> str:
+    """``mltcp --version``: the package, and the datapath it would load: the eBPF objects'
+    ABI (``MLTCP_ABI_VERSION`` of the sources in use) and their digest (of each object's
+    source digest, the one that decides whether a pre-built object is used), and whether
+    the install carries pre-built objects for them.  Reads files only: no root, no eBPF."""
+    from mltcp.host import build
+
+    try:
+        src = build.kernel_source_dir()
+        ready = sum(build.prebuilt_object(n) is not None for n in build.OBJECTS)
+        how = ("pre-built" if ready == len(build.OBJECTS) else
+               "compiled with clang at load" if not ready else
+               f"{ready} of {len(build.OBJECTS)} pre-built, the rest compiled at load")
+        datapath = (f"eBPF ABI {build.abi_version(src) or 'unknown'}, "
+                    f"digest {build.datapath_digest(src)} ({how})")
+    except MltcpError as exc:
+        datapath = f"eBPF objects unknown: {str(exc).splitlines()[0]}"
+    return f"mltcp {__version__}\ndatapath: {datapath}"
+
+
+class VersionAction(argparse.Action):
+    """``--version``, its text made only when asked for (:func:`version_text`)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: Any = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> NoReturn:
+        print(version_text())           # on stdout, as argparse's own version action
+        parser.exit(EXIT_OK)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="mltcp", description="MLTCP: congestion control that "
                                          "knows about distributed ML training.")
-    p.add_argument("--version", action="version", version=f"mltcp {__version__}")
+    p.add_argument("--version", action=VersionAction,
+                   help="print the version, the eBPF datapath's ABI and digest, and exit")
     p.add_argument("-v", "--verbose", action="store_true", help="full error details and logs")
     output.add_global_flag(p)
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
@@ -116,27 +150,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         with guard:
             return args.handler(args)
     except SpecError as exc:
-        print(f"mltcp: error: {exc}", file=sys.stderr)
+        console.line(f"mltcp: error: {exc}")
         return EXIT_BAD_INPUT
     except (MltcpError, OSError) as exc:
         text = str(exc)
         first = text.splitlines()[0] if text else type(exc).__name__
         if args.verbose and "\n" in text:
-            print(text, file=sys.stderr)
+            console.line(text)
         elif "\n" in text:
             first += " (run with -v for the full log)"
-        print(f"mltcp: error: {first}", file=sys.stderr)
+        console.line(f"mltcp: error: {first}")
         return EXIT_CAPABILITY if isinstance(exc, CapabilityError) else EXIT_FAILED
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in LAB_PACKAGES:
             raise
-        print(f"mltcp: error: `mltcp {args.cmd}` needs {exc.name}, which comes with the lab: "
-              "pip install 'mltcp[lab]'", file=sys.stderr)
+        console.line(f"mltcp: error: `mltcp {args.cmd}` needs {exc.name}, which comes with "
+                     "the lab: pip install 'mltcp[lab]'")
         return EXIT_CAPABILITY
     except KeyboardInterrupt as exc:    # Ctrl-C, or SIGTERM/SIGHUP under teardown_signals
         signo = exc.signo if isinstance(exc, signals.Terminated) else signal.SIGINT
-        with contextlib.suppress(OSError):      # stderr may be gone with the SSH session
-            print(f"mltcp: interrupted ({signals.name(signo)})", file=sys.stderr)
+        console.line(f"mltcp: interrupted ({signals.name(signo)})")   # nothing if stderr is gone
         return signals.exit_code(signo)
 
 

@@ -63,3 +63,31 @@ def add_force_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true",
                         help="replace another run set's results in --out (default: refuse; "
                              "more runs of the same run set need no flag)")
+
+
+def add_fan_out_flags(parser: argparse.ArgumentParser, default: str) -> None:
+    """Where a command's independent runs go, the same two flags wherever runs fan out
+    (``cluster run``, ``sweep``; :mod:`mltcp.lab.common.parallel`): ``--parallel N``
+    local worker processes, or ``--dask ADDR``, a running Dask cluster; one or the
+    other.  ``default``: what no flag means."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--parallel", type=integer(1, 1024, "4"), metavar="N",
+                       help="runs at once on N worker processes of this host (1..1024; 1: "
+                            f"one after the other in this process; default: {default})")
+    where.add_argument("--dask", metavar="ADDR",
+                       help="instead, a running Dask cluster to run on, e.g. "
+                            "tcp://host:8786 (the sweep extra; default: none, this host)")
+
+
+def add_renamed_flag(parser: argparse.ArgumentParser, old: str, new: str) -> None:
+    """``old``, a flag now spelled ``new``: given, one line saying so (exit 2); its help
+    says so too (every option has help: tests/test_cli_help.py)."""
+
+    class Renamed(argparse.Action):
+        def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                     values: Any, option_string: str | None = None) -> None:
+            raise argparse.ArgumentError(self, f"is now {new}; give {new} {values}")
+
+    parser.add_argument(old, action=Renamed, metavar="N",
+                        help=f"the old name of {new}: refused with a line naming {new} "
+                             "(default: not given)")

@@ -3,7 +3,8 @@
 ``run`` takes an experiment config (:mod:`mltcp.lab.cluster.experiments.config`), claims
 ``--out`` for its run set (:mod:`mltcp.lab.common.runset`: another run set there is
 refused unless ``--force``), runs every scheduler x network scheme x seed on the cluster
-simulator, here or on Dask, and writes the report
+simulator, here, on ``--parallel N`` local worker processes or on a Dask cluster
+(``--dask ADDR``), and writes the report
 (:mod:`mltcp.lab.cluster.experiments.report`); interrupted (Ctrl-C, SIGTERM, SIGHUP), it
 writes the report of the runs that finished, marked partial, and exits 128 + N.
 ``rl-train`` trains the RL scheduler's policy
@@ -15,13 +16,12 @@ simulator (numpy, matplotlib) is imported when a command runs.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import sys
 from pathlib import Path
 from typing import Any
 
 from mltcp.cli import args as args_
 from mltcp.cli.output import add_json_flag, emit
+from mltcp.core import console
 
 
 def register(sub: Any) -> None:
@@ -35,13 +35,7 @@ def register(sub: Any) -> None:
     rn.add_argument("config", help="an experiment TOML file, or an example's name "
                                    "(mltcp/lab/cluster/experiments/examples/, e.g. small)")
     rn.add_argument("--out", required=True, help="output directory")
-    where = rn.add_mutually_exclusive_group()
-    where.add_argument("--parallel", type=args_.integer(1, 1024, "4"), metavar="N",
-                       help="runs at once on a local Dask cluster of N worker processes "
-                            "(1..1024; default: 1, one after the other in this process)")
-    where.add_argument("--dask", metavar="ADDR",
-                       help="a running Dask cluster to run on, e.g. tcp://host:8786 "
-                            "(default: none, runs here)")
+    args_.add_fan_out_flags(rn, "1")
     args_.add_force_flag(rn)
     rn.set_defaults(handler=cmd_run, teardown_signals=True, records_results=True)
 
@@ -114,6 +108,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = config.load_config(args.config)
     jobs = experiment.job_lists(cfg)        # checked, as the runs will, before --out exists
+    if args.dask is not None:
+        from mltcp.lab.common import distributed
+
+        distributed.check_address(args.dask)
     make_out_dir(args.out)
     try:
         result = experiment.execute(cfg, parallel=args.parallel or 1, dask_address=args.dask,
@@ -151,8 +149,7 @@ def _interrupted(result: Any, signo: int, out_dir: str, write: bool) -> int:
     kind = "partial report" if result.partial else "report"
     line = (f"{where}: {kind} in {Path(out_dir) / 'report.json'}" if done
             else f"{where}: no report written")
-    with contextlib.suppress(OSError):      # stderr may be gone with the SSH session
-        print(f"mltcp: {line}", file=sys.stderr)
+    console.line(f"mltcp: {line}")           # nothing if stderr went with the SSH session
     return signals.exit_code(signo)
 
 

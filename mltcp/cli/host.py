@@ -46,6 +46,11 @@ def register(sub: Any) -> None:
     st.set_defaults(handler=cmd_status)
     mt = sub.add_parser("metrics", help="Prometheus text format (always text: -j is refused; "
                                         "the agent serves the same on --metrics-port)")
+    mt.add_argument("--flows", type=_flows_per_job(), nargs="?", const=DEFAULT_FLOWS_PER_JOB,
+                    metavar="N",
+                    help="also per-flow series (mltcp_flow_cwnd, mltcp_flow_srtt_seconds by "
+                         "job, src, dst), at most N per job (1..1024, N omitted: "
+                         f"{DEFAULT_FLOWS_PER_JOB}; default: none, per-job aggregates only)")
     mt.set_defaults(handler=cmd_metrics)
 
     ag = sub.add_parser("agent", help="long-running control plane for this host")
@@ -57,6 +62,12 @@ def register(sub: Any) -> None:
     ag.add_argument("--metrics-addr", default="127.0.0.1", metavar="ADDR",
                     help="address the HTTP server listens on (default %(default)s; "
                          "0.0.0.0 or :: for every interface)")
+    ag.add_argument("--metrics-flows", type=_flows_per_job(), nargs="?",
+                    const=DEFAULT_FLOWS_PER_JOB, metavar="N",
+                    help="also serve per-flow series (mltcp_flow_cwnd, mltcp_flow_srtt_seconds "
+                         "by job, src, dst: a series per connection), at most N per job "
+                         f"(1..1024, N omitted: {DEFAULT_FLOWS_PER_JOB}; default: none, "
+                         "per-job aggregates only)")
     ag.add_argument("--config", metavar="FILE",
                     help="job file to apply at start and on SIGHUP, e.g. /etc/mltcp/jobs.toml "
                          "(default: none)")
@@ -74,6 +85,16 @@ def register(sub: Any) -> None:
     add_json_flag(ap, "the changes ({dry_run, loaded, attached, replaced, detached, "
                       "unchanged})")
     ap.set_defaults(handler=cmd_apply)
+
+
+# mltcp.host.exposition's DEFAULT_FLOWS_PER_JOB and MAX_FLOWS_PER_JOB (not imported: a
+# parser is built without loading the host package; tests/test_exposition.py compares).
+DEFAULT_FLOWS_PER_JOB = 64
+MAX_FLOWS_PER_JOB = 1024
+
+
+def _flows_per_job() -> Any:
+    return args_.integer(1, MAX_FLOWS_PER_JOB, str(DEFAULT_FLOWS_PER_JOB))
 
 
 def _register_job(sub: Any) -> None:
@@ -143,7 +164,8 @@ def _register_job(sub: Any) -> None:
     add_json_flag(a, "the job attached ({attached, id, cc, budget, ...})")
 
     d = jsub.add_parser("detach", help="detach a job (or --all)")
-    d.add_argument("name", nargs="?", help="the job to detach")
+    d.add_argument("name", nargs="*", help="the jobs to detach (one or more; none if one "
+                   "of them is not attached)")
     d.add_argument("--all", action="store_true", help="detach every attached job")
     add_json_flag(d, "the jobs detached ({detached})")
     lst = jsub.add_parser("list", help="attached jobs")
@@ -251,14 +273,13 @@ def cmd_job(args: argparse.Namespace) -> int:
         elif not args.name:
             raise SpecError("name", "missing", "name a job or pass --all")
         else:
-            jobs.detach(args.name)
-            names = [args.name]
+            names = [r.spec.name for r in jobs.detach_many(args.name)]
         if args.json:
             emit({"detached": names})
         elif args.all:
             print("detached " + (", ".join(names) or "nothing"))
         else:
-            print(f"detached job {args.name}")
+            print(f"detached job{'s' if len(names) > 1 else ''} {', '.join(names)}")
     elif args.job_cmd == "list":
         reg = jobs.Registry().read()
         if args.json:
@@ -301,7 +322,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_metrics(args: argparse.Namespace) -> int:
     from mltcp.host import exposition
 
-    sys.stdout.write(exposition.render())
+    sys.stdout.write(exposition.render(flows_per_job=args.flows))
     return 0
 
 
@@ -315,7 +336,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
         args.signal_socket = STATE_DIR / "agent.sock"
     Agent(interval_s=args.interval, metrics_port=args.metrics_port,
           metrics_addr=args.metrics_addr, config=args.config,
-          signal_socket=args.signal_socket).run()
+          signal_socket=args.signal_socket, metrics_flows=args.metrics_flows).run()
     return 0
 
 

@@ -59,7 +59,7 @@ def register(sub: Any) -> None:
     cp.set_defaults(handler=cmd_compare, teardown_signals=True, records_results=True)
 
     sw = sub.add_parser("sweep", help="a parameter grid on a backend (fluid by default), run "
-                                      "on Dask (table + plots)")
+                                      "on this host's cores or a Dask cluster (table + plots)")
     sw.add_argument("scenario", help="an example name or a TOML file")
     sw.add_argument("--param", action="append", required=True, metavar="NAME=V1,V2,...",
                     help="grid axis (repeatable): slope, intercept, cap, load, compute_ms, "
@@ -74,11 +74,8 @@ def register(sub: Any) -> None:
                     help="fluid: the flow-level model (batches of runs); ns3: each run on an ns-3 "
                          "worker process, reused (minutes each); dcqcn: batches on the DCQCN model "
                          "(default %(default)s)")
-    sw.add_argument("--dask", metavar="ADDR",
-                    help="a running Dask cluster's address, e.g. tcp://host:8786 (default: "
-                         "a local cluster)")
-    sw.add_argument("--workers", type=args_.integer(1, 1024, "2"),
-                    help="local cluster: worker processes (1..1024; default: one per core)")
+    args_.add_fan_out_flags(sw, "one per core")
+    args_.add_renamed_flag(sw, "--workers", "--parallel")
     sw.add_argument("--f-steps", type=args_.integer(0, 1_000_000, "8"), default=None,
                     help="fluid: F re-evaluations per iteration (0..1000000, 0: only at "
                          "phase events; default 8)")
@@ -185,9 +182,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                         f"drop --f-steps with --backend {args.backend}")
     spec = sweep.make_spec(args.scenario, args.param, args.seeds, args.scheme,
                            backend=args.backend, backend_options=options)
+    sweep.require(args.format)
+    if args.dask is not None:
+        from mltcp.lab.common import distributed
+
+        distributed.check_address(args.dask)
     make_out_dir(args.out)
     runset.claim(args.out, sweep.runset_of(spec), args.force)
-    rows = sweep.execute(spec, dask_address=args.dask, workers=args.workers)
+    rows = sweep.execute(spec, dask_address=args.dask, parallel=args.parallel)
     path = sweep.write(spec, rows, args.out, args.format)
     print(f"{len(rows)} runs -> {path}, {Path(args.out) / 'sweep.json'} and plots")
     return 0

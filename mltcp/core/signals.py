@@ -30,12 +30,13 @@ from __future__ import annotations
 import contextlib
 import gc
 import signal
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
+
+from mltcp.core import console
 
 TEARDOWN_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -77,8 +78,7 @@ _state = _State()
 
 
 def _say(message: str) -> None:
-    with contextlib.suppress(OSError):     # stderr gone with the SSH session
-        print(f"mltcp: {message}", file=sys.stderr, flush=True)
+    console.line(f"mltcp: {message}")     # nothing if stderr went with the SSH session
 
 
 def _handler(signo: int, frame: FrameType | None) -> None:

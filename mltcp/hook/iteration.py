@@ -203,10 +203,11 @@ class IterationHook:
 
     # ------------------------------------------------------------------ communication hooks
 
-    def _handed(self, nbytes: int, *, last: bool) -> int | None:
-        """A gradient reduction was handed to communication; a token for its completion
-        (None outside an iteration: such a reduction is counted, not recorded)."""
-        t = now()
+    def _handed(self, nbytes: int, *, last: bool, at: float | None = None) -> int | None:
+        """A gradient reduction was handed to communication (at CLOCK_MONOTONIC ``at``,
+        default now); a token for its completion (None outside an iteration: such a
+        reduction is counted, not recorded)."""
+        t = now() if at is None else at
         with self._lock:
             it = self._open
             if it is None:
@@ -243,21 +244,27 @@ class IterationHook:
             if it.pending == 0 and it.last_handed and not it.gpu_events:
                 self._signal_now(it)
 
-    def attach_ddp(self, model: Any) -> None:
-        """Time a ``DistributedDataParallel`` model's gradient all-reduces (the default
-        all-reduce, unchanged: PyTorch's own hook, timed)."""
+    def attach_ddp(self, model: Any, *, inner_hook: Any = None,
+                   inner_state: Any = None) -> None:
+        """Time a ``DistributedDataParallel`` model's gradient all-reduces: the default
+        all-reduce (PyTorch's own hook, timed), or ``inner_hook(inner_state, bucket)``,
+        a DDP comm hook (fp16/bf16 compression, PowerSGD, ...) that DDP would otherwise
+        have been given by ``model.register_comm_hook(inner_state, inner_hook)``, timed
+        the same way (docs/hook.md says which bytes are recorded)."""
         from mltcp.hook import torch_comm
 
-        self._attach_once()
-        torch_comm.attach_ddp(self, model)
+        self._refuse_second()
+        torch_comm.attach_ddp(self, model, inner_hook=inner_hook, inner_state=inner_state)
+        self._attached = True
 
     def attach_fsdp(self, model: Any) -> None:
         """Time an FSDP model's gradient reduce-scatters: ``fully_shard`` (FSDP2) or
         ``FullyShardedDataParallel`` (FSDP1); see :mod:`mltcp.hook.torch_comm`."""
         from mltcp.hook import torch_comm
 
-        self._attach_once()
+        self._refuse_second()
         torch_comm.attach_fsdp(self, model)
+        self._attached = True
 
     # ------------------------------------------------------------------ the rest
 
@@ -297,11 +304,11 @@ class IterationHook:
         if self._signaller is not None and it.signal is None:
             it.signal = self._signaller.submit(it.index)
 
-    def _attach_once(self) -> None:
+    def _refuse_second(self) -> None:
+        """One model per hook (a refused attach leaves the hook free to try again)."""
         if self._attached:
             raise SpecError("model", "the hook is attached to a model already",
                             "use one hook per model (one per process)")
-        self._attached = True
 
 
 def from_env(*, out: str | os.PathLike[str] | None = None, job: str | None = None,

@@ -13,6 +13,18 @@ and only notes the time each bucket is handed over (``bucket.buffer()``'s bytes,
 is without the hook.  DDP waits for every bucket's future before ``backward()``
 returns, so an iteration's communication is always inside it.
 
+DDP takes one comm hook, so a script that wants PyTorch's own compression gives it to
+the timed hook instead (``inner_hook``, ``inner_state``): the timed hook calls
+``inner_hook(inner_state, bucket)`` where it would call the default and times the future
+that returns the same way.  The bytes it records are what goes on the wire where the
+hook's traffic is known (:func:`wire_bytes`): fp16/bf16 compression sends 2 bytes an
+element; PowerSGD sends what its state counts in ``total_numel_after_compression``
+(the uncompressed tensors, Ps and Qs), or the whole bucket in its all-reduce phase.
+For any other hook the records count the bucket's bytes, with a warning at attach.
+Under ``torch.compile`` DDP's reducer still calls the hook outside Dynamo's graphs (a
+compiled DDP is attached through its ``_orig_mod``); compiled autograd's
+``python_reducer`` calls comm hooks per parameter, with no bucket, and is refused.
+
 **FSDP.**  Two supported ways, one per FSDP:
 
 * FSDP2 (``torch.distributed.fsdp.fully_shard``, PyTorch's current FSDP): the public
@@ -43,6 +55,7 @@ stays the moment the CPU handed the first bucket over.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from mltcp.core.errors import SpecError
@@ -95,24 +108,52 @@ def _check_rank(hook: IterationHook) -> None:
 # --------------------------------------------------------------------------- DDP
 
 
-def attach_ddp(hook: IterationHook, model: Any) -> None:
-    """Register the timed default all-reduce on a ``DistributedDataParallel`` model."""
+def attach_ddp(hook: IterationHook, model: Any, *, inner_hook: Any = None,
+               inner_state: Any = None) -> None:
+    """Register the timed all-reduce on a ``DistributedDataParallel`` model: PyTorch's
+    default, or ``inner_hook(inner_state, bucket)`` (a DDP comm hook: fp16/bf16
+    compression, PowerSGD, ...), timed; see the module's docstring."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel
 
+    if inner_hook is None:
+        if inner_state is not None:
+            raise SpecError("inner_state", "is given without inner_hook",
+                            "pass the comm hook it belongs to as inner_hook=")
+    elif not callable(inner_hook):
+        raise SpecError("inner_hook", f"a {type(inner_hook).__name__} is not callable",
+                        "pass a DDP comm hook, a function (state, bucket) -> Future, such "
+                        "as default_hooks.fp16_compress_hook")
+    compiled = getattr(model, "_orig_mod", None)     # torch.compile(ddp): its DDP
+    if isinstance(compiled, DistributedDataParallel):
+        model = compiled
     if not isinstance(model, DistributedDataParallel):
-        raise SpecError("model", f"a {type(model).__name__} is not DistributedDataParallel",
+        composing = "; inner_hook composes with DDP's comm hooks only" if inner_hook else ""
+        raise SpecError("model", f"a {type(model).__name__} is not "
+                        f"DistributedDataParallel{composing}",
                         "wrap it first: model = DistributedDataParallel(model); "
                         "for FSDP use attach_fsdp()")
+    _refuse_registered(model)
     _check_rank(hook)
-    group = model.process_group
+    if inner_hook is None:
+        inner_hook, inner_state = default_hooks.allreduce_hook, model.process_group
+    measure = wire_bytes(inner_hook, inner_state)
 
     # Not annotated: DDP checks a hook's annotations against its own types, and this
     # module's postponed annotations would be strings.
     def timed_allreduce(state, bucket):
-        buffer = bucket.buffer()
-        token = state._handed(_nbytes(buffer), last=bucket.is_last())
-        reduced = default_hooks.allreduce_hook(group, bucket)
+        if isinstance(bucket, tuple):       # DDP's python_reducer: a hook per parameter
+            raise SpecError("model", "DDP calls its comm hook per parameter gradient under "
+                            "compiled autograd (torch._dynamo.config.optimize_ddp = "
+                            "'python_reducer'), with no bucket to time",
+                            "compile with the default optimize_ddp, or leave the model "
+                            "unattached and mark the communication with comm_begin()/"
+                            "comm_end()")
+        handed = now()
+        last = bucket.is_last()
+        before = measure.before(bucket)
+        reduced = inner_hook(inner_state, bucket)
+        token = state._handed(measure.after(bucket, before), last=last, at=handed)
 
         def done(fut):
             tensor = fut.value()
@@ -121,7 +162,104 @@ def attach_ddp(hook: IterationHook, model: Any) -> None:
 
         return reduced.then(done)
 
-    model.register_comm_hook(hook, timed_allreduce)
+    timed_allreduce.mltcp_inner_hook = inner_hook
+    try:
+        model.register_comm_hook(hook, timed_allreduce)
+    except RuntimeError as e:   # a built-in (C++) hook, which _comm_hooks does not list
+        if "once" not in str(e):
+            raise
+        raise SpecError("inner_hook", "the model has a comm hook registered already (DDP "
+                        "takes one)", _REGISTER_FIX) from None
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise SpecError("inner_hook", "the model's comm hook is MLTCP's timed hook "
+                        "(attach_ddp) already, and DDP takes one", _REGISTER_FIX)
+
+    # A comm hook registered later would fail in DDP's C++ reducer; say what to do instead.
+    model.register_comm_hook = refuse
+    model._register_builtin_comm_hook = refuse
+
+
+_REGISTER_FIX = ("register none yourself: pass it to attach_ddp(model, inner_hook=hook, "
+                 "inner_state=state), which calls it and times it")
+
+
+def _refuse_registered(model: Any) -> None:
+    """A DDP model with a Python comm hook already (``register_comm_hook`` lists it)."""
+    registered = getattr(model, "_comm_hooks", None) or []
+    for fn, _ in registered:
+        if hasattr(fn, "mltcp_inner_hook"):
+            raise SpecError("model", "has MLTCP's timed comm hook already (attach_ddp was "
+                            "called on it before)", "use one IterationHook per model")
+        name = getattr(fn, "__qualname__", type(fn).__name__)
+        raise SpecError("inner_hook", f"the model has a comm hook registered already "
+                        f"({name}; DDP takes one)", _REGISTER_FIX)
+
+
+class _WireBytes:
+    """The bytes one bucket puts on the wire through a comm hook.  ``before`` is read
+    just before the hook runs, ``after`` just after it returned (its first collective
+    is started; PowerSGD has counted what all of them will send)."""
+
+    def before(self, bucket: Any) -> Any:
+        return _nbytes(bucket.buffer())
+
+    def after(self, bucket: Any, before: Any) -> int:
+        return int(before)
+
+
+class _Compressed(_WireBytes):
+    """fp16/bf16 compression: the bucket's elements, all-reduced in ``dtype``."""
+
+    def __init__(self, dtype: Any) -> None:
+        import torch
+
+        self.itemsize = int(torch.empty((), dtype=dtype).element_size())
+
+    def before(self, bucket: Any) -> Any:
+        return int(bucket.buffer().numel()) * self.itemsize
+
+
+class _PowerSGD(_WireBytes):
+    """PowerSGD (``powerSGD_hook``, ``batched_powerSGD_hook``, either inside
+    ``fp16/bf16_compress_wrapper``): in its compression phase the hook adds the elements
+    it all-reduces (the uncompressed tensors, the Ps and the Qs; P and Q for the batched
+    hook) to ``state.total_numel_after_compression``, in the bucket's dtype; in its
+    first ``start_powerSGD_iter`` iterations it all-reduces the bucket and counts
+    nothing.  A compress wrapper has swapped the bucket's buffer for its 16-bit one by
+    the time the hook returns, so the dtype is read then."""
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+
+    def before(self, bucket: Any) -> Any:
+        return self.state.total_numel_after_compression
+
+    def after(self, bucket: Any, before: Any) -> int:
+        buffer = bucket.buffer()
+        sent = self.state.total_numel_after_compression - before
+        return int(sent) * int(buffer.element_size()) if sent > 0 else _nbytes(buffer)
+
+
+def wire_bytes(inner_hook: Any, inner_state: Any) -> _WireBytes:
+    """How many bytes ``inner_hook`` puts on the wire per bucket; a hook this does not
+    know is counted as the bucket's bytes, and a warning says so (once, at attach)."""
+    import torch
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    if isinstance(inner_state, powerSGD_hook.PowerSGDState):
+        return _PowerSGD(inner_state)
+    if inner_hook is default_hooks.fp16_compress_hook:
+        return _Compressed(torch.float16)
+    if inner_hook is default_hooks.bf16_compress_hook:
+        return _Compressed(torch.bfloat16)
+    if inner_hook is not default_hooks.allreduce_hook:
+        name = getattr(inner_hook, "__qualname__", type(inner_hook).__name__)
+        sys.stderr.write(f"mltcp.hook: attach_ddp does not know what inner_hook {name} "
+                         "sends; the records' bytes are its buckets' uncompressed sizes, "
+                         "not necessarily what it sends\n")
+        sys.stderr.flush()
+    return _WireBytes()
 
 
 # --------------------------------------------------------------------------- FSDP

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -33,7 +34,11 @@ from pathlib import Path
 from mltcp.core.errors import CapabilityError, MltcpError
 
 BTF_PATH = Path("/sys/kernel/btf/vmlinux")
-CLANG_FLAGS = ["-O2", "-g", "-Wall", "-Werror", "-target", "bpf", "-D__TARGET_ARCH_x86"]
+# -fdebug-compilation-dir=.: compile_object names the sources relative to their directory,
+# so no build path lands in an object (its BTF line info names ./<file>): equal sources give
+# equal objects wherever they are built (setup.py's reproducible wheels).
+CLANG_FLAGS = ["-O2", "-g", "-Wall", "-Werror", "-target", "bpf", "-D__TARGET_ARCH_x86",
+               "-fdebug-compilation-dir=."]
 SHARED_HEADER = "mltcp.h"   # the ABI and maps header: marks a directory of eBPF sources
 # Every object the datapath loads (doctor and the wheel build these).
 OBJECTS = ("mltcp_reno", "mltcp_cubic", "mltcp_dctcp", "mltcp_sockops", "ecn_marker")
@@ -178,6 +183,24 @@ def source_digest(name: str, src_dir: Path | None = None) -> str:
                    " ".join(CLANG_FLAGS).encode())
 
 
+def abi_version(src_dir: Path | None = None) -> int | None:
+    """``MLTCP_ABI_VERSION`` of the sources in use (``mltcp.h``), the layout every object
+    built from them expects (``maps.ABI_VERSION`` must equal it), or None if unreadable."""
+    header = (src_dir or kernel_source_dir()) / SHARED_HEADER
+    try:
+        found = re.search(r"^#define\s+MLTCP_ABI_VERSION\s+(\d+)", header.read_text(), re.M)
+    except OSError:
+        return None
+    return int(found.group(1)) if found else None
+
+
+def datapath_digest(src_dir: Path | None = None) -> str:
+    """One digest for the whole datapath: of every object's :func:`source_digest` (what
+    decides whether a pre-built object is used), in :data:`OBJECTS` order.  Two installs
+    with the same one load the same objects."""
+    return _digest(*(source_digest(name, src_dir).encode() for name in OBJECTS))
+
+
 def require_tool(name: str, package: str) -> str:
     path = shutil.which(name)
     if not path:
@@ -252,6 +275,8 @@ def compile_object(name: str, src_dir: Path, header: Path, dest: Path) -> Path:
     """clang ``src_dir/<name>.bpf.c`` against ``header`` (vmlinux.h) into ``dest``.
 
     The runtime's cache and the wheel build (``setup.py``) both compile through here.
+    clang runs in ``src_dir`` on relative names (with ``-fdebug-compilation-dir=.``), so
+    the object holds no path of the build (BTF line info reads the lines from there).
     clang writes a temp file of this call's own beside ``dest``, renamed over it when
     complete: a fixed temp name let two first builds interleave and leave a corrupt
     object cached for good."""
@@ -260,11 +285,12 @@ def compile_object(name: str, src_dir: Path, header: Path, dest: Path) -> Path:
     fd, tmp = _temp_beside(dest)
     os.close(fd)
     try:
-        proc = subprocess.run([clang, *CLANG_FLAGS, "-I", str(header.parent), "-I",
-                               str(src_dir), "-c", str(src_dir / f"{name}.bpf.c"), "-o", tmp],
-                              capture_output=True, text=True)
+        proc = subprocess.run([clang, *CLANG_FLAGS, "-I", os.path.abspath(header.parent),
+                               "-I", ".", "-c", f"{name}.bpf.c", "-o", os.path.abspath(tmp)],
+                              capture_output=True, text=True, cwd=src_dir)
         if proc.returncode != 0:
-            raise MltcpError(f"clang failed to build {name}.bpf.c:\n{proc.stderr.strip()}")
+            raise MltcpError(f"clang failed to build {name}.bpf.c (in {src_dir}):\n"
+                             f"{proc.stderr.strip()}")
         if os.geteuid() == 0:
             os.chmod(tmp, 0o644)   # clang renames its own file onto tmp: the umask's mode
         os.replace(tmp, dest)

@@ -67,7 +67,16 @@ def spec_from_fields(f: Mapping[str, Any], at: str = "") -> jobs.JobSpec:
         raise SpecError(f"{at}budget", "give exactly one way to get the per-iteration budget",
                         "give a budget (BYTES), gradient bytes with workers (G and N), "
                         "or learn")
-    base = preset(get("preset", "default"))
+    if not isinstance(get("preset", "default"), str):
+        raise SpecError(f"{at}preset", f"must be a preset's name (got {f['preset']!r})",
+                        'e.g. preset = "default"')
+    try:
+        base = preset(get("preset", "default"))
+    except SpecError as exc:
+        raise SpecError(f"{at}{exc.field}", exc.problem, exc.fix) from None
+    if f.get("cgroup") is not None and not isinstance(f["cgroup"], str):
+        raise SpecError(f"{at}cgroup", f"must be a cgroup path (got {f['cgroup']!r})",
+                        'e.g. cgroup = "training/resnet"')
     found = [rules.parse_dst(d, f"{at}dst") for d in get("dst", ())]
     found += [rules.port_rule(p, f"{at}port") for p in get("port", ())]
     found += [rules.port_rule(p, f"{at}local_port", local=True) for p in get("local_port", ())]
@@ -125,6 +134,9 @@ def parse(data: Mapping[str, Any], path: Path) -> DeclaredJobs:
     specs: list[jobs.JobSpec] = []
     for i, table in enumerate(tables):
         at = f"job[{i}]."
+        if not isinstance(table, dict):
+            raise SpecError(f"job[{i}]", f"must be a table (got {table!r})",
+                            "write each job as [[job]] followed by its keys")
         validate.known_keys(table, f"job[{i}]", JOB_KEYS)
         fields = dict(table)
         for key in ("dst", "port", "local_port"):
@@ -136,6 +148,10 @@ def parse(data: Mapping[str, Any], path: Path) -> DeclaredJobs:
                             "give every job its own name")
         specs.append(spec)
     listed = _as_list(data.get("modules", []), "modules")
+    for name in listed:
+        if not isinstance(name, str):
+            raise SpecError("modules", f"must be module names (got {name!r})",
+                            'e.g. modules = ["cubic", "reno"]')
     modules = datapath.parse_modules(listed) if listed else []
     modules += [s.cc for s in specs if s.cc not in modules]
     return DeclaredJobs(path=path, modules=tuple(modules), jobs=tuple(specs))

@@ -17,7 +17,7 @@ import ctypes
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -310,15 +310,28 @@ def _remove_from_kernel(job_id: int, links: list[str], others: dict[str, JobReco
 
 
 def detach(name: str, registry: Registry | None = None) -> JobRecord:
+    return detach_many([name], registry)[0]
+
+
+def detach_many(names: Sequence[str], registry: Registry | None = None) -> list[JobRecord]:
+    """Detach the named jobs under one lock, or none of them: every name is checked
+    first, so a typo leaves the others attached and names itself.  One process for
+    several jobs: a teardown (the hosts backend's) pays one Python start, not one each."""
     registry = registry or Registry()
     datapath.require_bpf()
+    wanted = list(dict.fromkeys(names))
     with registry.locked() as jobs:
-        record = jobs.get(name)
-        if record is None:
-            raise SpecError("name", f"no job named {name!r}", "see `mltcp job list`")
-        _remove_from_kernel(record.id, record.links, jobs)
-        del jobs[name]
-    return record
+        missing = [name for name in wanted if name not in jobs]
+        if missing:
+            raise SpecError("name", f"no job named {', '.join(map(repr, missing))}",
+                            "see `mltcp job list`")
+        records = []
+        for name in wanted:
+            record = jobs[name]
+            _remove_from_kernel(record.id, record.links, jobs)
+            del jobs[name]
+            records.append(record)
+    return records
 
 
 def detach_all(registry: Registry | None = None) -> list[str]:

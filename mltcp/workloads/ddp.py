@@ -29,6 +29,8 @@ GPU or per CPU host::
 
 Rank 0 prints progress; a bad flag or variable is one line naming it (exit 2), a missing
 PyTorch or GPU one line too (exit 3), and so is Ctrl-C (exit 130, the records closed).
+torchrun's own answer to Ctrl-C is a traceback; ``python -m mltcp.workloads.torchrun``
+(:mod:`mltcp.workloads.torchrun`, torchrun's flags) answers in one line.
 """
 
 from __future__ import annotations
@@ -226,6 +228,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"{spec_.PROG}: error: needs {exc.name}: pip install "
                          "'mltcp[torch]'\n")
         return 3
+    except Exception as exc:
+        if not _out_of_gpu_memory(exc):
+            raise
+        sys.stderr.write(f"{spec_.PROG}: error: {_gpu_memory_line(run, exc)}\n")
+        return 3
+
+
+def _out_of_gpu_memory(exc: BaseException) -> bool:
+    """PyTorch's out-of-memory error (``torch.OutOfMemoryError``), told apart without
+    importing torch: the scenario bounds a rank's memory (1 TiB) but knows no GPU, so a
+    model too large for this host's GPU is found here, by PyTorch."""
+    kind = type(exc)
+    return kind.__name__ == "OutOfMemoryError" and kind.__module__.split(".")[0] == "torch"
+
+
+def _gpu_memory_line(run: RunSpec, exc: BaseException) -> str:
+    said = str(exc).strip().splitlines()
+    first = said[0].split(". Including non-PyTorch memory")[0] if said else "out of memory"
+    m = run.model
+    size = f"--d-model {m.size.d_model}, --layers {m.size.layers}" \
+        if m.model == spec_.TRANSFORMER else f"--image-size {m.image_size}"
+    return (f"--model {m.model} with --batch {m.batch} does not fit this GPU's memory "
+            f"(PyTorch: {first}); give a smaller --batch or model ({size})")
 
 
 if __name__ == "__main__":

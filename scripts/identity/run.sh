@@ -22,7 +22,7 @@ for ex in compatible-pair-roce compatible-pair three-jobs; do
   $M compare $ex --backend dcqcn --out "$OUT/dcqcn/$ex" > "$OUT/dcqcn-$ex.stdout" 2>&1; echo "dcqcn $ex $?"
 done
 $M run compatible-pair --backend ns3 --scheme mltcp-cubic --seed 0 --out "$OUT/ns3" > "$OUT/ns3.stdout" 2>&1; echo "ns3 $?"
-$M sweep compatible-pair --param slope=1,2 --seeds 0-1 --workers 1 --format csv --out "$OUT/sweep" > "$OUT/sweep.stdout" 2>&1; echo "sweep $?"
+$M sweep compatible-pair --param slope=1,2 --seeds 0-1 --parallel 1 --format csv --out "$OUT/sweep" > "$OUT/sweep.stdout" 2>&1; echo "sweep $?"
 $M cluster run small --out "$OUT/cluster/small" > "$OUT/cluster-small.stdout" 2>&1; echo "cluster small $?"
 for c in ada cassini vclos deepshare; do
   $M cluster run "$CONFIGS/$c.toml" --out "$OUT/cluster/$c" > "$OUT/cluster-$c.stdout" 2>&1; echo "cluster $c $?"

@@ -35,8 +35,8 @@ def _git(*args: str) -> str | None:
 
 
 # Packages whose version changes the numbers where they were used (numba compiles the
-# fluid engine; torch runs the DDP workload and the RL scheduler's policy).  ns-3's
-# version comes with the ns-3 backend's own provenance.
+# fluid engine; torch runs the DDP workload and trains the RL scheduler's policy, which
+# runs in numpy).  ns-3's version comes with the ns-3 backend's own provenance.
 _USED_PACKAGES = ("numba", "torch", "stable_baselines3")
 
 

@@ -90,11 +90,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numba
 import numpy as np
 from numba import njit
+from numba.core import event as numba_event
 
+from mltcp.core import console
 from mltcp.core.aggressiveness import f_float
 
 
@@ -128,6 +131,9 @@ if not numba.config.CACHE_DIR:
     numba.config.CACHE_DIR = cache_dir(Path(__file__).parent, _user_cache()) or ""
 
 
+_ENGINE: set[Any] = set()      # every dispatcher of the engine (what the notice watches)
+
+
 def _compiled(fn):  # type: ignore[no-untyped-def]
     """``fn`` compiled for the engine: cached on disk, and without numba's reference
     counting (``_nrt=False``, as numba's own allocation-free helpers are built).  The
@@ -137,13 +143,17 @@ def _compiled(fn):  # type: ignore[no-untyped-def]
     would fail to compile, not misbehave.  Divisions follow IEEE (numpy's error model:
     no test and exception path per division; the engine divides by nothing that can be
     0 except where a flow has weight 0, which gets no rate either way)."""
-    return njit(cache=True, _nrt=False, error_model="numpy")(fn)
+    dispatcher = njit(cache=True, _nrt=False, error_model="numpy")(fn)
+    _ENGINE.add(dispatcher)
+    return dispatcher
 
 
 def _inlined(fn):  # type: ignore[no-untyped-def]
     """A small helper of the engine's, compiled into its callers (a call that passes a
     few arrays, each a dozen machine words, cost more than the helper's work)."""
-    return njit(cache=True, _nrt=False, error_model="numpy", inline="always")(fn)
+    dispatcher = njit(cache=True, _nrt=False, error_model="numpy", inline="always")(fn)
+    _ENGINE.add(dispatcher)
+    return dispatcher
 
 
 compiled_f = _compiled(f_float)      # the one F, compiled for the engine
@@ -392,6 +402,7 @@ def new_state(flow_job: np.ndarray, flow_links: list[list[int]], capacity: np.nd
     used: the cluster simulator needs a job's latest iterations, and records for every
     iteration of thousands of long jobs, rebuilt at every scheduling moment, were most of
     its time and memory."""
+    ensure_compiled()
     n_flows, n_links, n_jobs = len(flow_job), len(capacity), len(iterations)
     n_iter = ring if ring > 0 else max(int(iterations.max(initial=0)), 1, n_iter)
     n_phases = phase_compute.shape[1]
@@ -635,6 +646,7 @@ def weighted_max_min(weights: np.ndarray, flow_links: list[list[int]],
                      capacity: np.ndarray) -> np.ndarray:
     """Rates of weighted max-min fairness over the whole network (flows with weight 0
     get 0): the function the engine runs on each region, for tests and tools."""
+    ensure_compiled()
     flow_ptr, links, link_ptr, link_flows = _csr(flow_links, len(capacity))
     n_flows = len(weights)
     comp = np.flatnonzero(np.asarray(weights) > 0).astype(np.int64)
@@ -1463,3 +1475,100 @@ def _advance(flow_job, fi, flow_links, li, link_flows, job_ptr, lv, fv, weight, 
             _heap_set(heap, heap_pos, heap_key, counters, f, key)
         if job_done and params[5] > 0.0:
             return JOB_DONE
+
+
+# --------------------------------------------------------------------------- compiling
+
+# What compiling the whole engine takes (numba's cache empty), about: 30 s on the 2-core
+# development machine.  Said before it starts, so that a first command does not look hung.
+COMPILE_S = 30
+
+
+class _CompileNotice(numba_event.Listener):
+    """One line on stderr when numba starts compiling the engine, and one with the time
+    it took when it is done, only then: numba fires its "numba:compile" event only where
+    its cache had no entry for the function and argument types (a cache hit loads the
+    machine code and fires none).  Compiling a function compiles the functions it calls
+    that are not cached, each an event of its own inside the first: the lines go with
+    the outermost.  While :func:`ensure_compiled` warms the engine up, its compiles are
+    one, so a first command says so once."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.began: float | None = None
+        self.held = False           # ensure_compiled's warm-up: one notice for all of it
+
+    def on_start(self, event: Any) -> None:
+        if not _ours(event):
+            return
+        self.depth += 1
+        if self.began is None:
+            self.began = time.monotonic()
+            console.line(f"compiling the fluid engine (once per installation, ~{COMPILE_S} s)...")
+
+    def on_end(self, event: Any) -> None:
+        if not _ours(event):
+            return
+        self.depth -= 1
+        if not self.depth and not self.held:
+            self.finish(failed=event.is_failed)
+
+    def finish(self, failed: bool = False) -> None:
+        """The line that ends a notice (none where nothing compiled or it failed)."""
+        if self.began is not None and not failed:
+            console.line(f"compiled the fluid engine in {time.monotonic() - self.began:.0f} s")
+        self.began = None
+
+
+def _ours(event: Any) -> bool:
+    """Whether a compile event is of one of the engine's functions."""
+    data = event.data
+    return isinstance(data, dict) and data.get("dispatcher") in _ENGINE
+
+
+_NOTICE = _CompileNotice()
+numba_event.register("numba:compile", _NOTICE)
+_warm = False
+
+
+def ensure_compiled() -> None:
+    """Every compiled function the engine's calls use, ready: loaded from numba's cache
+    or, on a miss (a new installation, a changed source, another CPU), compiled now, with
+    one line on stderr before and one after (:class:`_CompileNotice`).  Once per process,
+    on the first state made (:func:`new_state`, :func:`weighted_max_min`); a caller that
+    starts worker processes calls it first, so that they load the engine rather than all
+    compile it at once.  The warm-up is a run of two jobs that goes through every call a
+    wing makes, with the argument types the wings give."""
+    global _warm
+    if _warm:
+        return
+    _warm = True                    # the warm-up's own states come back here
+    _NOTICE.held = True
+    ok = False
+    try:
+        _warm_up()
+        ok = True
+    finally:
+        _NOTICE.held = False
+        _NOTICE.finish(failed=not ok)
+        _warm = ok
+
+
+def _warm_up() -> None:
+    flow_links = [[0, 1], [1]]
+    capacity = np.array([1e6, 1e6])
+
+    def state(**extra: Any) -> EngineState:
+        return new_state(np.array([0, 1]), flow_links, capacity, np.array([1e4, 1e4]),
+                         np.ones(2), np.ones((2, 1)), np.full((2, 1), 0.01),
+                         np.array([2, 2]), np.zeros(2), np.zeros((2, 2)), 1.0, 1.0, 2.0, 4,
+                         0.005, **extra)
+
+    first = state()
+    advance_until(first, 0.015, 1_000)         # both jobs communicate at 0.015 s
+    delay_next_comm(first, 0, 0.001)
+    second = state(ring=2, stop_on_job_done=True)
+    carry_over(first, second, [(0, 0), (1, 1)], first.t)
+    advance_until(second, math.inf, 1_000)
+    finish_bins(second)
+    weighted_max_min(np.ones(2), flow_links, capacity)

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mltcp.core import validate
+from mltcp.core import console, validate
 from mltcp.core.errors import SpecError
 from mltcp.lab.common import runset
 from mltcp.lab.scenario import backends, footprint, schedule
@@ -38,10 +38,10 @@ _last_line = [0.0]
 def live_progress(msg: str) -> None:
     """Live status: rewritten in place on a terminal, a line every 10 s otherwise."""
     if sys.stderr.isatty():
-        print(f"\r{msg}\033[K", end="", file=sys.stderr, flush=True)
+        console.status(msg)
     elif time.monotonic() - _last_line[0] >= 10:
         _last_line[0] = time.monotonic()
-        print(msg, file=sys.stderr, flush=True)
+        console.line(msg)
 
 
 def plan_runs(scenario: Scenario, seeds: Sequence[int], dedicated: bool,
@@ -102,9 +102,11 @@ def run_plans(backend: Backend, plans: Sequence[RunPlan], out_dir: str | Path,
     for done, (index, trace) in enumerate(backend.run(plans, progress, parallel), 1):
         stem = plans[index].stem
         trace.save(out / "traces" / f"{stem}.json")
-        print(f"\r[{done}/{len(plans)}] {stem} done after {time.monotonic() - started:.0f} s"
-              "\033[K" if sys.stderr.isatty() else f"[{done}/{len(plans)}] {stem} done",
-              file=sys.stderr, flush=True)
+        if sys.stderr.isatty():
+            console.status(f"[{done}/{len(plans)}] {stem} done after "
+                           f"{time.monotonic() - started:.0f} s", last=True)
+        else:
+            console.line(f"[{done}/{len(plans)}] {stem} done")
 
 
 def traces_of(backend: str | Backend, plans: Sequence[RunPlan],
@@ -160,5 +162,5 @@ def run_scenario(scenario_ref: str, out_dir: str | Path, schemes: Sequence[str] 
     runset.claim(out_dir, scenario_runset(whole, backend, scenario.schemes, chosen), force)
     run_plans(engine, plans, out_dir, parallel, checked=True)
     report = build_report(out_dir)
-    print(f"wrote {out_dir}/report.json, summary.md and plots", file=sys.stderr)
+    console.line(f"wrote {out_dir}/report.json, summary.md and plots")
     return report

@@ -1,4 +1,5 @@
-"""Parameter sweeps on the fluid model or ns-3, spread over a Dask cluster.
+"""Parameter sweeps on the fluid model or ns-3, spread over this host's cores or a Dask
+cluster.
 
 Which slope and intercept make jobs interleave, how fast, and at what loads?
 One run answers nothing; a grid of thousands does.  A sweep takes a scenario, a
@@ -26,19 +27,21 @@ as lanes, so a chunk of 200 points costs little more than one point; any other
 backend (ns-3) gets every run as one Dask task, with each job's dedicated runs as
 tasks of their own, run once per scenario variant and seed, which the points that
 need them wait for.  Backends that drive this host's kernel (netns) cannot sweep.
-Tasks go to Dask: a local cluster with one single-threaded worker process per core by
-default, or a running Dask cluster at ``--dask ADDR``.  Every row carries
-each job's dedicated-link iteration time from the same sweep, so ratios need nothing
-else.
+Tasks go to a pool of local worker processes, one per core by default (``--parallel
+N``; 1: one after the other in this process, no pool), or to a running Dask cluster at
+``--dask ADDR`` (:mod:`mltcp.lab.common.parallel`).  Each task is the same function of
+the same inputs wherever it runs, so the rows are the same, bit for bit.  Every row
+carries each job's dedicated-link iteration time from the same sweep, so ratios need
+nothing else.
 """
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import importlib.util
 import itertools
 import json
 import math
-import os
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,15 +50,17 @@ from typing import Any
 
 import numpy as np
 
-from mltcp.core import validate
+from mltcp.core import console, validate
 from mltcp.core.aggressiveness import MAX_CAP, MAX_INTERCEPT, MAX_SLOPE, MIN_INTERCEPT
-from mltcp.core.errors import SpecError
+from mltcp.core.errors import CapabilityError, SpecError
+from mltcp.lab.common import parallel as fanning
 from mltcp.lab.common import plotting, runset, stats, tables
 from mltcp.lab.common.atomic import replacing, write_json
-from mltcp.lab.common.distributed import dask_client, require_dask
+from mltcp.lab.common.eta import eta_text
 from mltcp.lab.common.provenance import provenance
 from mltcp.lab.scenario import backends, footprint, metrics, schedule
 from mltcp.lab.scenario.plan import RunPlan, resolve
+from mltcp.lab.scenario.runner import live_progress
 from mltcp.lab.scenario.spec import (
     DEDICATED,
     MAX_COMPUTE_MS,
@@ -129,6 +134,17 @@ class SweepSpec:
     def engine(self):  # type: ignore[no-untyped-def]
         """The sweep's backend, from the registry."""
         return backends.get(self.backend, **self.backend_options)
+
+
+def require(fmt: str = "parquet") -> None:
+    """One line (a CapabilityError) unless this installation can write a sweep's table
+    as ``fmt``: pandas, and pyarrow for Parquet (the ``sweep`` extra), said before any
+    run rather than after all of them."""
+    missing = [m for m in ("pandas", "pyarrow")[:2 if fmt == "parquet" else 1]
+               if importlib.util.find_spec(m) is None]
+    if missing:
+        raise CapabilityError(f"a sweep writes its table with {' and '.join(missing)}, "
+                              "not installed: pip install 'mltcp[sweep]'")
 
 
 def parse_grid(items: Iterable[str]) -> dict[str, tuple[float, ...]]:
@@ -293,9 +309,10 @@ def _scenario_key(point: Mapping[str, float], seed: int) -> tuple:
     return tuple(sorted((k, v) for k, v in point.items() if k in SCENARIO_PARAMS)), seed
 
 
-def run_chunk(spec: SweepSpec, chunk: Sequence[tuple[dict, int]]) -> list[dict[str, Any]]:
+def run_chunk(spec: SweepSpec, chunk: Sequence[tuple[dict, int]],
+              say: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Rows of one chunk: the points' runs and their dedicated baselines, one call of a
-    batched backend."""
+    batched backend (``say`` hears its progress lines)."""
     plans: list[RunPlan] = []
     point_runs: list[int] = []
     dedicated_runs: dict[tuple, list[int]] = {}
@@ -307,7 +324,7 @@ def run_chunk(spec: SweepSpec, chunk: Sequence[tuple[dict, int]]) -> list[dict[s
         if key not in dedicated_runs:
             dedicated_runs[key] = list(range(len(plans), len(plans) + len(dedicated)))
             plans += dedicated
-    traces = _run_all(spec, plans)
+    traces = _run_all(spec, plans, say)
     rows = []
     for (point, seed), index in zip(chunk, point_runs, strict=True):
         ded = metrics.dedicated_means(traces[i] for i in dedicated_runs[_scenario_key(point,
@@ -316,12 +333,13 @@ def run_chunk(spec: SweepSpec, chunk: Sequence[tuple[dict, int]]) -> list[dict[s
     return rows
 
 
-def _run_all(spec: SweepSpec, plans: Sequence[RunPlan]) -> list[Trace]:
+def _run_all(spec: SweepSpec, plans: Sequence[RunPlan],
+             say: Callable[[str], None] | None = None) -> list[Trace]:
     engine = spec.engine()
     for plan in plans:
         engine.check(plan)
     traces: list[Trace | None] = [None] * len(plans)
-    for index, trace in engine.run(plans):
+    for index, trace in engine.run(plans, progress=say):
         traces[index] = trace
     return [t for t in traces if t is not None]
 
@@ -361,81 +379,167 @@ def _row(point: Mapping[str, float], seed: int, trace: Any,
 def _progress_line(done: int, total: int, started: float) -> None:
     width = 30
     filled = width * done // max(total, 1)
+    elapsed = time.monotonic() - started
+    left = f", {eta_text(elapsed, done / total)}" if 0 < done < total else ""
     msg = (f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} tasks, "
-           f"{time.monotonic() - started:.0f} s")
-    if sys.stderr.isatty():
-        print(f"\r{msg}\033[K", end="" if done < total else "\n", file=sys.stderr, flush=True)
-    else:
-        print(msg, file=sys.stderr, flush=True)
+           f"{elapsed:.0f} s{left}")
+    console.status(msg, last=done >= total)
 
 
-def execute(spec: SweepSpec, dask_address: str | None = None, workers: int | None = None,
-            chunk_size: int | None = None,
-            progress: Callable[[int, int, float], None] | None = _progress_line
+Progress = Callable[[int, int, float], None]
+
+
+def execute(spec: SweepSpec, dask_address: str | None = None, parallel: int | None = None,
+            chunk_size: int | None = None, progress: Progress | None = _progress_line
             ) -> list[dict[str, Any]]:
-    """Run every point on Dask (the cluster at ``dask_address``, else a local one of
-    ``workers`` processes) and return all rows (in grid order)."""
-    require_dask("sweeps")
+    """Every point's rows, in grid order: run in this process (``parallel`` 1), on a
+    pool of ``parallel`` local worker processes (None: one per core), or on the Dask
+    cluster at ``dask_address``.  ``progress`` hears (tasks done, tasks, start time)
+    once before the first task and after each."""
     engine = spec.engine()
-    engine.require()                  # say so before a cluster starts
-    with dask_client(dask_address, workers or os.cpu_count() or 1, "sweeps") as client:
-        started = time.monotonic()
-        rows = (_submit_chunks(client, spec, chunk_size, progress, started)
-                if engine.capabilities.batched
-                else _submit_runs(client, spec, progress, started))
+    engine.require()                  # say so before anything starts
+    if not dask_address:
+        engine.prepare()              # once here, not in every local worker at once
+    workers = parallel or fanning.default_workers()
+    started = time.monotonic()
+    batched, vector_lanes = engine.capabilities.batched, engine.capabilities.vector_lanes
+    parts = (_chunk_parts(spec, chunk_size, vector_lanes, workers)
+             if batched and not dask_address else [])
+    if not dask_address and (workers <= 1 or (batched and len(parts) == 1)):
+        # one at a time, or one chunk: here, no pool to start
+        rows = (_chunks_here(spec, parts, progress, started) if batched
+                else _runs_here(spec, progress, started))
+    else:
+        with fanning.fan_out(workers, dask_address,
+                             preload=(__name__, type(engine).__module__)) as pool:
+            if batched and dask_address:
+                parts = _chunk_parts(spec, chunk_size, vector_lanes, pool.slots)
+            rows = (_submit_chunks(pool, spec, parts, progress, started) if batched
+                    else _submit_runs(pool, spec, progress, started))
     order = {(json.dumps(p, sort_keys=True), s): i
              for i, (p, s) in enumerate((p, s) for p in spec.points() for s in spec.seeds)}
     return sorted(rows, key=lambda r: order[(json.dumps({k: r[k] for k in spec.grid},
                                                         sort_keys=True), r["seed"])])
 
 
-def _submit_chunks(client: Any, spec: SweepSpec, chunk_size: int | None,
-                   progress: Callable[[int, int, float], None] | None,
-                   started: float) -> list[dict[str, Any]]:
-    from distributed import as_completed
-
+def _chunk_parts(spec: SweepSpec, chunk_size: int | None, vector_lanes: bool, slots: int
+                 ) -> list[list[tuple[dict, int]]]:
+    """The sweep's chunks: ``chunk_size`` points each where given; else, on a backend
+    whose lanes are one vector, as large as memory allows (a chunk costs about one run:
+    cutting it costs a run per cut, however many workers wait); else two chunks per
+    worker (``slots``; one worker: two chunks, so that progress has a step to show), so
+    every worker gets work and a slow chunk does not leave the others idle at the end."""
     if chunk_size is None:
-        # Two chunks per worker thread at least, so every worker gets work and a
-        # slow chunk does not leave the others idle at the end.
-        slots = max(sum(client.nthreads().values()), 1)
         items = len(spec.points()) * len(spec.seeds)
-        chunk_size = max(1, min(DEFAULT_CHUNK, math.ceil(items / (2 * slots))))
-    parts = chunks(spec, chunk_size)
-    futures = {client.submit(run_chunk, spec, part, pure=False): k
-               for k, part in enumerate(parts)}
+        chunk_size = (DEFAULT_CHUNK if vector_lanes else
+                      max(1, min(DEFAULT_CHUNK, math.ceil(items / (2 * max(slots, 1))))))
+    return chunks(spec, chunk_size)
+
+
+def _chunks_here(spec: SweepSpec, parts: list[list[tuple[dict, int]]],
+                 progress: Progress | None, started: float) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for done, part in enumerate(parts):
+        say = None
+        if progress:
+            progress(done, len(parts), started)
+            # inside a chunk (one may take minutes: the DCQCN model's), the backend's
+            # own lines with the time left, as `mltcp run` shows them (on a terminal in
+            # the bar's place, which the next chunk's bar takes back; else one a 10 s)
+            say = lambda line, k=done: live_progress(  # noqa: E731
+                f"  chunk {k + 1}/{len(parts)}: {line}")
+        rows += run_chunk(spec, part, say)
+    if progress:
+        progress(len(parts), len(parts), started)
+    return rows
+
+
+def _submit_chunks(pool: fanning.Fanout, spec: SweepSpec, parts: list[list[tuple[dict, int]]],
+                   progress: Progress | None, started: float) -> list[dict[str, Any]]:
+    shared = pool.share(spec)
+    futures = {pool.submit(run_chunk, shared, part): k for k, part in enumerate(parts)}
+    if progress:
+        progress(0, len(parts), started)
     results: dict[int, list[dict[str, Any]]] = {}
-    for done, fut in enumerate(as_completed(futures), 1):
+    for done, fut in enumerate(cf.as_completed(futures), 1):
         results[futures[fut]] = fut.result()
         if progress:
             progress(done, len(parts), started)
     return [r for k in sorted(results) for r in results[k]]
 
 
-def _submit_runs(client: Any, spec: SweepSpec,
-                 progress: Callable[[int, int, float], None] | None,
-                 started: float) -> list[dict[str, Any]]:
-    """One task per run.  Dedicated runs once per (scenario variant, seed, job); every
-    point waits for its own (Dask passes a finished future's result as the argument)."""
-    from distributed import as_completed
-
-    dedicated: dict[tuple, Any] = {}
+def _point_runs(spec: SweepSpec) -> tuple[dict[tuple, tuple[dict, int, str]],
+                                          list[tuple[dict, int, list[tuple]]]]:
+    """The runs of a non-batched sweep: the dedicated ones, once per (scenario variant,
+    seed, job), and every point with the dedicated runs it needs."""
+    dedicated: dict[tuple, tuple[dict, int, str]] = {}
     points = []
     for point in spec.points():
         sc, _ = variant(spec, point)          # its jobs: the same for every seed
         for seed in spec.seeds:
             key = _scenario_key(point, seed)
             for job in sc.jobs:
-                if (key, job.name) not in dedicated:
-                    dedicated[key, job.name] = client.submit(
-                        run_dedicated, spec, point, seed, job.name, pure=False)
-            points.append(client.submit(run_point, spec, point, seed,
-                                        *(dedicated[key, j.name] for j in sc.jobs),
-                                        pure=False))
-    everything = [*dedicated.values(), *points]
-    for done, _fut in enumerate(as_completed(everything), 1):
+                dedicated.setdefault((key, job.name), (point, seed, job.name))
+            points.append((point, seed, [(key, job.name) for job in sc.jobs]))
+    return dedicated, points
+
+
+def _runs_here(spec: SweepSpec, progress: Progress | None,
+               started: float) -> list[dict[str, Any]]:
+    dedicated, points = _point_runs(spec)
+    total, done = len(dedicated) + len(points), 0
+    means: dict[tuple, dict[str, float]] = {}
+    for key, args in dedicated.items():
         if progress:
-            progress(done, len(everything), started)
-    return [fut.result() for fut in points]
+            progress(done, total, started)
+        means[key] = run_dedicated(spec, *args)
+        done += 1
+    rows = []
+    for point, seed, needs in points:
+        if progress:
+            progress(done, total, started)
+        rows.append(run_point(spec, point, seed, *(means[n] for n in needs)))
+        done += 1
+    if progress:
+        progress(done, total, started)
+    return rows
+
+
+def _submit_runs(pool: fanning.Fanout, spec: SweepSpec, progress: Progress | None,
+                 started: float) -> list[dict[str, Any]]:
+    """One task per run.  Dedicated runs once per (scenario variant, seed, job); a
+    point is submitted once its own dedicated runs are in."""
+    dedicated, points = _point_runs(spec)
+    shared = pool.share(spec)
+    ran = {pool.submit(run_dedicated, shared, *args): key for key, args in dedicated.items()}
+    means: dict[tuple, dict[str, float]] = {}
+    rows: dict[cf.Future, int] = {}
+    waiting = list(range(len(points)))
+    pending, total, done = set(ran), len(dedicated) + len(points), 0
+    if progress:
+        progress(0, total, started)
+    while pending:
+        finished, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+        for fut in finished:
+            if fut in ran:
+                means[ran[fut]] = fut.result()
+            else:
+                fut.result()                  # a failed point stops the sweep now
+            done += 1
+            if progress:
+                progress(done, total, started)
+        still = []
+        for i in waiting:
+            point, seed, needs = points[i]
+            if all(n in means for n in needs):
+                fut = pool.submit(run_point, shared, point, seed, *(means[n] for n in needs))
+                rows[fut] = i
+                pending.add(fut)
+            else:
+                still.append(i)
+        waiting = still
+    by_index = {i: fut.result() for fut, i in rows.items()}
+    return [by_index[i] for i in range(len(points))]
 
 
 # --------------------------------------------------------------------------- output

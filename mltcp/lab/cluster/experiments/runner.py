@@ -3,23 +3,27 @@
 The runs of one seed share one job list (drawn or read once, in this process, and
 checked against the cluster before any run starts), so two runs of a seed differ only
 in their scheduler or network scheme.  Runs go one after the other in this process
-(``parallel=1``), or to Dask: a local cluster of ``parallel`` single-threaded worker
-processes, or a running Dask cluster at ``dask_address``
-(:func:`mltcp.lab.common.distributed.dask_client`, as the sweeps).  Every finished run
-prints a progress line; the results come back in the config's order whatever order
-they finished in.  A run here that takes long prints lines while it goes on too
-(:class:`RunWatch`: simulated time, iterations done, the time left).
+(``parallel=1``), to a pool of ``parallel`` local worker processes, or to a running
+Dask cluster at ``dask_address`` (:func:`mltcp.lab.common.parallel.fan_out`, as the
+sweeps); each run is the same function of the same inputs wherever it runs, so the
+results are the same, bit for bit.  Every finished run prints a progress line (with
+the time left at the pace so far); the results come back in the config's order
+whatever order they finished in.  A run here or in a local worker that takes long
+prints lines while it goes on too (:class:`RunWatch`: simulated time, iterations
+done, the time left).
 
 An interrupted experiment (Ctrl-C, or SIGTERM/SIGHUP where the CLI turns them into the
 same unwinding: :mod:`mltcp.core.signals`) keeps the runs that finished: :func:`execute`
-raises :class:`RunsInterrupted`, a KeyboardInterrupt that carries them (on Dask, the
-runs not finished are cancelled and those finished but not yet collected are kept), so
-that the caller writes a report marked partial instead of throwing hours of runs away.
-A rerun of the same config runs every run again (there is no resuming).
+raises :class:`RunsInterrupted`, a KeyboardInterrupt that carries them (runs fanned
+out and not finished are cancelled, local workers terminated; those finished but not
+yet collected are kept), so that the caller writes a report marked partial instead of
+throwing hours of runs away.  A rerun of the same config runs every run again (there
+is no resuming).
 """
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import math
 import signal
 import sys
@@ -27,9 +31,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
-from mltcp.core import signals
+from mltcp.core import console, signals
 from mltcp.core.errors import MltcpError, SpecError
 from mltcp.lab.cluster.engine.gpu_jobs import JobRequest
 from mltcp.lab.cluster.engine.leafspine import LeafSpine
@@ -42,9 +45,10 @@ from mltcp.lab.cluster.engine.simulator import (
 )
 from mltcp.lab.cluster.experiments.config import ExperimentConfig, fit_cluster
 from mltcp.lab.cluster.experiments.registry import SchedulerSpec, network, parse_scheduler
+from mltcp.lab.common import parallel as fanning
 from mltcp.lab.common import runset
-from mltcp.lab.common.distributed import dask_client
 from mltcp.lab.common.eta import eta_text
+from mltcp.lab.models import fluid_engine
 
 BACKEND = "cluster-sim"         # what runs a cluster experiment, in its run set
 
@@ -186,11 +190,13 @@ def _unwrap(key: RunKey, out: ClusterResult | _Failure) -> ClusterResult:
 
 def progress_line(done: int, total: int, key: RunKey, result: ClusterResult,
                   elapsed_s: float) -> None:
-    """One line on stderr per finished run: which, and its headline numbers."""
+    """One line on stderr per finished run: which, its headline numbers, and, while
+    runs are left, the time they should take at the pace so far."""
     jct = result.jct_summary()
+    left = f", {eta_text(elapsed_s, done / total)}" if done < total else ""
     print(f"[{done}/{total}] {key.label}: {len(result.jobs)} jobs, JCT mean "
           f"{jct['mean']:.1f} s, p99 {jct['p99']:.1f} s, makespan {result.makespan_s:.1f} s "
-          f"({elapsed_s:.0f} s)", file=sys.stderr, flush=True)
+          f"({elapsed_s:.0f} s{left})", file=sys.stderr, flush=True)
 
 
 def in_run_line(label: str, p: RunProgress, elapsed_s: float) -> str:
@@ -221,8 +227,7 @@ class RunWatch:
         if now < self.due:
             return
         self.due = now + self.EVERY_S
-        print(in_run_line(self.label, run.progress(), now - self.began), file=sys.stderr,
-              flush=True)
+        console.line(in_run_line(self.label, run.progress(), now - self.began))
 
 
 def runset_of(cfg: ExperimentConfig) -> runset.RunSet:
@@ -249,21 +254,27 @@ def execute(cfg: ExperimentConfig, parallel: int = 1, dask_address: str | None =
             force: bool = False, jobs: dict[int, list[JobRequest]] | None = None
             ) -> ExperimentResult:
     """Run every :func:`run_keys` run: in this process (``parallel`` 1, no
-    ``dask_address``), else on Dask, with ``jobs`` (:func:`job_lists`, drawn here when
-    None).  With ``out_dir``, :func:`claim` it once the job lists are checked, before
-    any run.  Interrupted (a KeyboardInterrupt, from Ctrl-C, a teardown signal or
-    ``progress``), it raises :class:`RunsInterrupted` with the runs that finished."""
+    ``dask_address``), on ``parallel`` local worker processes, or on the Dask cluster
+    at ``dask_address``, with ``jobs`` (:func:`job_lists`, drawn here when None).  With
+    ``out_dir``, :func:`claim` it once the job lists are checked, before any run.
+    Interrupted (a KeyboardInterrupt, from Ctrl-C, a teardown signal or ``progress``),
+    it raises :class:`RunsInterrupted` with the runs that finished."""
     keys = run_keys(cfg)
     jobs = job_lists(cfg) if jobs is None else jobs
     if out_dir is not None:
         claim(cfg, out_dir, force)
-    started = time.monotonic()
     results: dict[RunKey, ClusterResult] = {}
     try:
+        if not dask_address:
+            # Compiled here, if it must be (once per installation, said on stderr),
+            # before the clock of the time left starts, and before local workers would
+            # each do it.
+            fluid_engine.ensure_compiled()
+        started = time.monotonic()
         if parallel <= 1 and not dask_address:
             _here(cfg, keys, jobs, progress, started, results)
         else:
-            _on_dask(cfg, keys, jobs, parallel, dask_address, progress, started, results)
+            _fanned_out(cfg, keys, jobs, parallel, dask_address, progress, started, results)
     except RunsInterrupted:
         raise
     except KeyboardInterrupt as stop:
@@ -285,44 +296,41 @@ def _here(cfg: ExperimentConfig, keys: list[RunKey], jobs: dict[int, list[JobReq
             progress(done, len(keys), key, results[key], time.monotonic() - started)
 
 
-def _on_dask(cfg: ExperimentConfig, keys: list[RunKey], jobs: dict[int, list[JobRequest]],
-             parallel: int, dask_address: str | None, progress: Progress | None,
-             started: float, results: dict[RunKey, ClusterResult]) -> None:
-    """Every run as a Dask task, each into ``results`` as it finishes; interrupted, the
-    tasks not finished are cancelled (a running Dask cluster would otherwise go on
-    with them) and those that finished unseen are collected."""
-    with dask_client(dask_address, parallel, "parallel cluster experiments",
-                     "or drop --parallel") as client:
-        from distributed import as_completed
-
-        shared = {seed: client.scatter(js, broadcast=False) for seed, js in jobs.items()}
+def _fanned_out(cfg: ExperimentConfig, keys: list[RunKey],
+                jobs: dict[int, list[JobRequest]], parallel: int, dask_address: str | None,
+                progress: Progress | None, started: float,
+                results: dict[RunKey, ClusterResult]) -> None:
+    """Every run as a task of a fan-out (local workers, or Dask), each into ``results``
+    as it finishes; interrupted, the tasks not finished are cancelled (a running Dask
+    cluster would otherwise go on with them, a local worker is terminated) and those
+    that finished unseen are collected.  A local worker prints its run's progress
+    lines itself (its stderr is this one's)."""
+    with fanning.fan_out(parallel, dask_address, preload=(__name__,)) as pool:
+        shared = {seed: pool.share(js) for seed, js in jobs.items()}
         base_dir = cfg.base_dir.resolve()       # a worker's working directory may differ
-        futures = {client.submit(_task, cfg.cluster, shared[key.seed], key, cfg.f_steps,
-                                 base_dir=base_dir, pure=False): key for key in keys}
+        futures: dict[cf.Future, RunKey] = {}
+        for index, key in enumerate(keys, 1):
+            watch = (RunWatch(f"[{index}/{len(keys)}] {key.label}")
+                     if progress and pool.local else None)
+            futures[pool.submit(_task, cfg.cluster, shared[key.seed], key, cfg.f_steps,
+                                None, watch, base_dir)] = key
         try:
-            for done, fut in enumerate(as_completed(futures), 1):
+            for done, fut in enumerate(cf.as_completed(futures), 1):
                 key = futures[fut]
                 results[key] = _unwrap(key, fut.result())
                 if progress:
                     progress(done, len(keys), key, results[key], time.monotonic() - started)
         except KeyboardInterrupt:
-            _collect_and_cancel(client, futures, results)
+            _collect(futures, results)
             raise
 
 
-def _collect_and_cancel(client: Any, futures: dict[Any, RunKey],
-                        results: dict[RunKey, ClusterResult]) -> None:
+def _collect(futures: dict[cf.Future, RunKey], results: dict[RunKey, ClusterResult]) -> None:
     """Into ``results``: the tasks that finished and were not collected yet (a bad
-    input among them is left out: it is no result); cancel the others."""
-    pending = []
+    input among them is left out: it is no result)."""
     for fut, key in futures.items():
-        if key in results:
-            continue
-        if fut.status == "finished":
+        if key not in results and fut.done() and not fut.cancelled() \
+                and fut.exception() is None:
             out = fut.result()
             if not isinstance(out, _Failure):
                 results[key] = out
-        else:
-            pending.append(fut)
-    if pending:
-        client.cancel(pending)

@@ -19,7 +19,7 @@ from mltcp.lab.scenario.trace import Trace
 
 class DcqcnBackend(Backend):
     name = "dcqcn"
-    capabilities = Capabilities(batched=True,
+    capabilities = Capabilities(batched=True, vector_lanes=True,
                                 records=frozenset({"links", "queues", "ecn", "drops"}))
 
     def __init__(self, options: DcqcnOptions | None = None) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from mltcp.lab.models import fluid_engine
 from mltcp.lab.scenario import footprint
 from mltcp.lab.scenario.backends.base import Backend, Capabilities, Progress, simulated_progress
 from mltcp.lab.scenario.batched.fluid import FluidOptions, run_many
@@ -25,6 +26,9 @@ class FluidBackend(Backend):
     def __init__(self, options: FluidOptions | None = None, record_links: bool = True) -> None:
         self.options = options or FluidOptions()
         self.record_links = record_links
+
+    def prepare(self) -> None:
+        fluid_engine.ensure_compiled()
 
     def link_sample_s(self) -> float | None:
         return self.options.sample_s if self.record_links else None

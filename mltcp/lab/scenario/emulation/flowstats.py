@@ -6,6 +6,7 @@ so tests and benchmarks can state MLTCP's behaviour in numbers.
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -104,3 +105,34 @@ def acked_between(report: dict, t_from: float, t_to: float) -> int:
         if upto:
             total += upto[-1] - (before[-1] if before else 0)
     return total
+
+
+def longest_ack_silence(report: dict) -> tuple[float, int | None]:
+    """(seconds, iteration index): the longest time inside one iteration's communication
+    (``comm_start`` to ``comm_end``) in which none of the sender's connections had a
+    byte newly acknowledged, from its TCP_INFO samples; ``(0.0, None)`` without
+    iterations.  The datapath's idle-gap rule counts ACK-less time per job, so a
+    silence near the job's gap inside communication (a starved receiver's zero window,
+    a timeout) is a boundary there, whatever caused it.  Resolution: the sampling
+    period (the time before the first sample that shows progress counts as silence)."""
+    totals: dict[float, int] = {}
+    for s in report["samples"]:
+        totals[s["t"]] = totals.get(s["t"], 0) + s["bytes_acked"]
+    times = sorted(totals)
+    longest, where = 0.0, None
+    for it in report["iterations"]:
+        start, end = it["comm_start"], it["comm_end"]
+        first = bisect.bisect_right(times, start)          # the first sample after start
+        last_t, last_acked = start, totals[times[first - 1]] if first else 0
+        for k in range(first, len(times)):       # no copy of the rest per iteration
+            t = times[k]
+            if totals[t] != last_acked or t >= end:
+                if min(t, end) - last_t > longest:
+                    longest, where = min(t, end) - last_t, it["index"]
+                last_t, last_acked = t, totals[t]
+            if t >= end:
+                break
+        else:
+            if end - last_t > longest:
+                longest, where = end - last_t, it["index"]
+    return longest, where

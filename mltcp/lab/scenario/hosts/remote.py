@@ -96,10 +96,13 @@ class RemoteHost:
                          torch=data.get("torch"), cuda=data.get("cuda"), nccl=data.get("nccl"),
                          gpus=tuple(data.get("gpus") or ()), problem=problem)
 
+    def mltcp_argv(self, *args: str) -> list[str]:
+        """The command line of ``mltcp -j ARGS`` on the host (its Python's module)."""
+        return [self.spec.python, "-m", "mltcp.cli", "-j", *args]
+
     def mltcp(self, *args: str, timeout_s: float = 120, check: bool = True) -> object:
         """``mltcp -j ARGS`` on the host; its JSON document."""
-        return self._json([self.spec.python, "-m", "mltcp.cli", "-j", *args],
-                          timeout_s=timeout_s, check=check)
+        return self._json(self.mltcp_argv(*args), timeout_s=timeout_s, check=check)
 
     def doctor(self) -> dict:
         """The host's ``mltcp doctor`` (its exit status says only whether all checks pass,

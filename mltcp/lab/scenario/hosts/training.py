@@ -33,7 +33,7 @@ from mltcp.core.errors import SpecError
 from mltcp.lab.scenario.hosts import start as sync_start
 from mltcp.lab.scenario.hosts.inventory import HostSpec, Inventory
 from mltcp.lab.scenario.hosts.remote import HostFacts, RemoteHost, kernels
-from mltcp.lab.scenario.hosts.ssh import HostError, Session
+from mltcp.lab.scenario.hosts.ssh import HostError, Session, Shell
 from mltcp.lab.scenario.plan import JobPlan, RunPlan
 from mltcp.lab.scenario.spec import Workload
 
@@ -42,11 +42,13 @@ WORKLOAD_MODULE = "mltcp.workloads.ddp"
 AGENT_START_S = 30.0              # the run's agent: its socket must appear within this
 # What the datapath counted per job, from `mltcp status -j` (summed over kernels).
 DATAPATH_COUNTS = ("iteration", "gaps", "wraps", "signals", "total_bytes", "stale_fallbacks")
-# Kill every process of each cgroup given (all first: they empty together), remove each
-# once empty (a moment after the kill), then its parent (the run's) once that is too.
-_KILL_AND_REMOVE = ('for c in "$@"; do echo 1 > "$c/cgroup.kill"; done; '
-                    'for c in "$@"; do for i in $(seq 50); do rmdir "$c" 2>/dev/null && break; '
-                    'sleep 0.02; done; rmdir "$(dirname "$c")" 2>/dev/null; done; true')
+# Kill every process of each cgroup given, all at once: once cgroup.kill is written they
+# all have SIGKILL pending and run no more code, so the run's files can go at once.
+_KILL = 'for c in "$@"; do echo 1 > "$c/cgroup.kill"; done; true'
+# Remove each cgroup once empty (its processes take a moment to exit), then its parent
+# (the run's) once that is too.
+_REMOVE = ('for c in "$@"; do for i in $(seq 50); do rmdir "$c" 2>/dev/null && break; '
+           'sleep 0.02; done; rmdir "$(dirname "$c")" 2>/dev/null; done; true')
 
 
 def _on_each(items: list, undo: Callable[[object], None]) -> None:
@@ -107,6 +109,7 @@ class HostRun:
         self._attached: list[tuple[str, str]] = []    # (representative host, job name)
         self._cgroups: list[tuple[str, str]] = []     # (representative host, cgroup)
         self._sysctls: list[tuple[str, str]] = []     # (host, previous default cc)
+        self._shells: dict[str, Shell] = {}           # host -> its shell for the teardown
         self._agents: list[subprocess.Popen] = []     # the local ssh of each run's agent
         self._gradient_bytes: dict[object, int] = {}  # per workload
         self.datapath_counts: dict[str, dict] = {}   # job -> DATAPATH_COUNTS, budget, history
@@ -137,6 +140,9 @@ class HostRun:
         for group in kernels(list(self.facts.values())).values():
             for name in group:
                 self._kernel_of[name] = group[0]
+        # Shells kept open for the teardown, started from this thread like the masters.
+        for name in names:
+            self._shells[name] = self.sessions[name].shell()
 
     def _meet(self, name: str) -> tuple[str, HostFacts, str]:
         return name, self.remotes[name].facts(), self._cgroup_root(name)
@@ -376,46 +382,59 @@ class HostRun:
     # ------------------------------------------------------------------ teardown
 
     def close(self) -> None:
-        """Undo everything, in reverse, whatever failed before; then end the sessions.
+        """Undo everything, whatever failed before; then end the sessions.
 
-        Step by step (the workers' cgroups killed, the local SSH clients reaped, the jobs
-        detached and the modules unloaded, sysctls and files put back, the sessions
-        ended), each step on every host at once and a host's cgroups in one command:
-        done one host and one cgroup after another, a Ctrl-C took 4-5 s on 4 hosts."""
+        Two steps, each on every host at once, through the shell kept open on it for
+        this: the workers' and agents' cgroups killed; then on each host one script that
+        detaches the run's jobs
+        and unloads its modules (on a kernel's representative host), removes the emptied
+        cgroups, puts the default congestion control back and removes the run's files.
+        Done one host and one step after another, with a Python start for each job's
+        detach, a Ctrl-C took 4-5 s on 4 namespace hosts of a 2-core machine; a command
+        per step on every host at once, 2.7-3.0 s; one script per host over new SSH
+        commands, 1.3-1.6 s, most of it the commands' session starts (0.4-0.9 s each on
+        CPUs the dying workers still hold); through the open shells 0.49-0.65 s
+        (bench/bench_ctrl_c.py, the hosts case)."""
         cgroups: dict[str, list[str]] = {}
         for rep, cgroup in reversed(self._cgroups):
             cgroups.setdefault(rep, []).append(cgroup)
-        _on_each(list(cgroups.items()), lambda item: self.sessions[item[0]].run(
-            ["sh", "-c", _KILL_AND_REMOVE, "sh", *item[1]], timeout_s=30))
-        procs = [proc for on in self.jobs for _host, proc in on.procs] + self._agents
-        for proc in procs:
+        _on_each(list(cgroups.items()), lambda item: self._on_host(
+            item[0], shlex.join(["sh", "-c", _KILL, "sh", *item[1]])))
+        for proc in [proc for on in self.jobs for _host, proc in on.procs] + self._agents:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-        attached: dict[str, list[str]] = {}
-        for rep, name in reversed(self._attached):
-            attached.setdefault(rep, []).append(name)
-
-        def undo_datapath(rep: str) -> None:
-            for name in attached.get(rep, []):
-                with contextlib.suppress(Exception):
-                    self.remotes[rep].mltcp("job", "detach", name)
-            if self._loaded.get(rep):
-                self.remotes[rep].mltcp("unload", *self._loaded[rep])
-
-        _on_each(sorted(set(attached) | set(self._loaded)), undo_datapath)
-        sysctls = dict(reversed(self._sysctls))      # the first value each host had
-
-        def put_back(host: str) -> None:
-            if host in sysctls:
-                with contextlib.suppress(Exception):
-                    self.sessions[host].run(
-                        ["sysctl", "-qw", f"net.ipv4.tcp_congestion_control={sysctls[host]}"])
-            self.sessions[host].run(["rm", "-rf", self.remote_root])
-
-        _on_each(list(self.sessions), put_back)
+        _on_each(list(self.sessions), lambda host: self._on_host(
+            host, self._undo_script(host, cgroups.get(host, []))))
+        _on_each(list(self._shells.values()), lambda shell: shell.close())
+        self._shells.clear()
         _on_each(list(self.sessions.values()), lambda session: session.close())
         self.sessions.clear()
+
+    def _on_host(self, host: str, script: str, timeout_s: float = 60) -> None:
+        """``script`` on ``host``: through its open shell (no SSH session to start), or
+        as a command of its own where the shell is gone or never started."""
+        shell = self._shells.get(host)
+        if shell is None or not shell.run(script, timeout_s):
+            self.sessions[host].run(["sh", "-c", script], timeout_s=timeout_s, check=False)
+
+    def _undo_script(self, host: str, cgroups: list[str]) -> str:
+        """What :meth:`close` runs on ``host`` once the cgroups are killed: each step
+        whatever the one before did (a teardown goes on), in the order prepare's undo
+        needs: jobs before their modules, cgroups empty before the run's files go."""
+        steps: list[list[str]] = []
+        names = [name for rep, name in reversed(self._attached) if rep == host]
+        if names:
+            steps.append(self.remotes[host].mltcp_argv("job", "detach", *names))
+        if self._loaded.get(host):
+            steps.append(self.remotes[host].mltcp_argv("unload", *self._loaded[host]))
+        if cgroups:
+            steps.append(["sh", "-c", _REMOVE, "sh", *cgroups])
+        before = dict(reversed(self._sysctls)).get(host)     # the first value it had
+        if before is not None:
+            steps.append(["sysctl", "-qw", f"net.ipv4.tcp_congestion_control={before}"])
+        steps.append(["rm", "-rf", self.remote_root])
+        return "; ".join(shlex.join(step) for step in steps)
 
 
 def ranks_on(host: HostSpec, workload: Workload) -> int:

@@ -89,7 +89,9 @@ class Worker:
         # One BLAS thread: numpy's OpenBLAS thread pool and cling's JIT in one process
         # were seen to deadlock (the worker asleep in a futex while compiling).
         env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-        self.proc = subprocess.Popen(worker_command(), env=env,
+        # The worker removes self.tmp when its stdin ends: if this process dies first
+        # (or is a pool's worker, which ends without its exit handlers), it still goes.
+        self.proc = subprocess.Popen([*worker_command(), "--work-dir", str(self.tmp)], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, bufsize=1)
         self.ready = False            # ns-3 loaded: a plan's budget needs no start-up

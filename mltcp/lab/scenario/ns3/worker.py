@@ -16,13 +16,15 @@ Protocol: one JSON spec a line on stdin (``plan``, ``out``: where to write the t
 ``{"error": "..."}`` (a plan that fails is reported and the next one starts from a
 reset).  Anything else that writes to stdout (ns-3, cling) lands on stderr, where
 ``progress <sim seconds> <wall seconds>`` lines go while a plan runs.  The process ends
-at the end of its stdin: when its parent closes the pipe or dies.
+at the end of its stdin: when its parent closes the pipe or dies, and takes its
+``--work-dir`` with it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import traceback
 from pathlib import Path
@@ -81,12 +83,20 @@ def serve(specs: TextIO, channel: TextIO) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``--work-dir DIR``: the parent's scratch directory for this worker's traces,
+    removed here when stdin ends, so that it goes with the worker even where the parent
+    could not remove it (killed, or a pool's worker process, which ends by ``os._exit``
+    without its exit handlers)."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv:
-        print("usage: python -m mltcp.lab.scenario.ns3.worker  (plans as JSON lines on stdin)",
-              file=sys.stderr)
+    if argv and (len(argv) != 2 or argv[0] != "--work-dir"):
+        print("usage: python -m mltcp.lab.scenario.ns3.worker [--work-dir DIR]  (plans as "
+              "JSON lines on stdin)", file=sys.stderr)
         return 2
-    return serve(sys.stdin, protocol_channel())
+    try:
+        return serve(sys.stdin, protocol_channel())
+    finally:
+        if argv:
+            shutil.rmtree(argv[1], ignore_errors=True)
 
 
 if __name__ == "__main__":

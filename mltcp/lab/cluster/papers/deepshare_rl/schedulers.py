@@ -17,185 +17,36 @@ the repository ships them (``policies/``, each trained by :mod:`.train` with the
 in its ``.json``), so the scheduler runs without training: :data:`SHIPPED`, deepshare-rl's
 Eq. 2 reward, is ``rl-base``/``rl-hybrid``; another by its name, ``rl-hybrid@NAME``
 (:data:`SHIPPED_JCT`, the reward with a JCT term and the checkpoint picked on held-out
-job sets: ``rl-hybrid@deepshare-normal-w0.4-jct``).  Each
-decision's inference time is counted (:attr:`RLScheduler.inference_s`).
+job sets: ``rl-hybrid@deepshare-normal-w0.4-jct``).  A policy is checked and loaded by
+:mod:`.policy_file` and evaluated in NumPy (:mod:`.numpy_policy`), so running the
+scheduler needs no PyTorch; training one does.  Each decision's inference time is
+counted (:attr:`RLScheduler.inference_s`).
 """
 
 from __future__ import annotations
 
-import functools
-import pickle
 import time
-import warnings
-import zipfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
-from mltcp.core.errors import CapabilityError, SpecError
+from mltcp.core.errors import SpecError
 from mltcp.lab.cluster.engine.leafspine import LeafSpine
 from mltcp.lab.cluster.engine.scheduling import ClusterView, Decision, QueuedJob
 from mltcp.lab.cluster.papers.deepshare_rl import encoding as rl_encoding
 from mltcp.lab.cluster.papers.deepshare_rl import setup as deepshare
 from mltcp.lab.cluster.papers.deepshare_rl.encoding import PREEMPT_CS, CSMeter, Layout
-from mltcp.lab.common import inputfile
+from mltcp.lab.cluster.papers.deepshare_rl.policy_file import Policy, load_policy
 
 MAX_PLACEMENTS = 64                # per moment: a guard, far above what 32 GPUs hold
 SHIPPED = "deepshare-normal-w0.4"             # the paper's setup: Eq. 2, the last policy
 SHIPPED_JCT = "deepshare-normal-w0.4-jct"     # Eq. 2 + a JCT term, picked by selection
 
-Policy = Callable[[np.ndarray, np.ndarray], int]
-
 
 def shipped_path(name: str = SHIPPED) -> Path:
     return Path(str(resources.files(__package__).joinpath("policies", f"{name}.zip")))
-
-
-POLICY_FIX = ("give a policy written by mltcp cluster rl-train (NAME.zip), or a shipped one "
-              "(rl-base, rl-hybrid@" + SHIPPED_JCT + ")")
-# What a policy file may fail with inside stable-baselines3 once the checks below have
-# passed (a damaged member, weights of another network's shape): each is the file's
-# fault, reported in one line naming it.
-_LOAD_ERRORS = (ValueError, AssertionError, KeyError, TypeError, RuntimeError, EOFError,
-                OSError, zipfile.BadZipFile, pickle.UnpicklingError, AttributeError,
-                ImportError)
-
-
-def load_policy(path: str | Path, layout: Layout | None = None) -> Policy:
-    """A MaskablePPO checkpoint as ``policy(obs, mask) -> action`` (deterministic).
-
-    The file is checked before stable-baselines3 reads it (:func:`check_policy_file`):
-    a directory, a FIFO, an unreadable file, something that is not a zip, a zip
-    without a policy, a policy of another algorithm and, with ``layout``, one trained
-    for another environment (other observation or action spaces) are each one line
-    naming the file, refused when the config is read rather than a traceback at the
-    first decision of a run.
-
-    Loaded once per file and process (the file's size and time of change are part of
-    the key, so a rewritten policy is read again): every run of an experiment builds
-    its own scheduler, and the policy, which keeps no state between decisions, is
-    shared by them."""
-    try:
-        from sb3_contrib import MaskablePPO  # noqa: F401
-    except ImportError:
-        raise CapabilityError("the RL scheduler needs stable-baselines3 and sb3-contrib: "
-                              "pip install 'mltcp[rl]'") from None
-    path = inputfile.regular_file(Path(path), "policy", "a policy file", POLICY_FIX)
-    info = path.stat()
-    return _loaded(str(path.resolve()), info.st_size, info.st_mtime_ns, layout)
-
-
-@functools.lru_cache(maxsize=8)
-def _loaded(path: str, size: int, mtime_ns: int, layout: Layout | None) -> Policy:
-    from sb3_contrib import MaskablePPO
-
-    check_policy_file(Path(path), layout)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model = MaskablePPO.load(path, device="cpu")
-    except _LOAD_ERRORS as err:
-        raise SpecError("policy", f"{path} cannot be loaded as a MaskablePPO policy "
-                        f"({_first_line(err)})", POLICY_FIX) from None
-
-    def act(obs: np.ndarray, mask: np.ndarray) -> int:
-        action, _ = model.predict(obs, action_masks=mask, deterministic=True)
-        return int(action)
-
-    return act
-
-
-def check_policy_file(path: Path, layout: Layout | None = None) -> None:
-    """Refuse, in one line naming ``path``, a file that is not a MaskablePPO policy of
-    the RL scheduler: not a zip (empty, text, truncated), a zip without
-    stable-baselines3's ``data`` and ``policy.pth``, a policy of another class (PPO's
-    ActorCriticPolicy), and with ``layout`` one whose observation or action space is
-    not this scheduler's (a policy of another environment loads, then fails at the
-    first decision)."""
-    data = _saved_data(path)
-    _check_class(path, data.get("policy_class"))
-    if layout is not None:
-        _check_spaces(path, data, layout)
-
-
-def _saved_data(path: Path) -> dict:
-    """The ``data`` member of a stable-baselines3 zip, deserialised (classes, spaces)."""
-    from stable_baselines3.common.save_util import json_to_data
-
-    if not zipfile.is_zipfile(path):
-        what = "is empty" if path.stat().st_size == 0 else \
-            "is not a zip file (a text file, another format, or a truncated policy)"
-        raise SpecError("policy", f"{path} {what}", POLICY_FIX)
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = set(archive.namelist())
-            damaged = archive.testzip()
-            text = archive.read("data").decode("utf-8") if "data" in names else ""
-    except (zipfile.BadZipFile, OSError, EOFError, UnicodeDecodeError) as err:
-        raise SpecError("policy", f"{path} is a damaged zip file ({_first_line(err)})",
-                        POLICY_FIX) from None
-    if damaged is not None:
-        raise SpecError("policy", f"{path} is a damaged zip file ({damaged} fails its "
-                        "checksum)", POLICY_FIX)
-    missing = [m for m in ("data", "policy.pth") if m not in names]
-    if missing:
-        raise SpecError("policy", f"{path} is a zip without a stable-baselines3 policy "
-                        f"(no {missing[0]!r} in it)", POLICY_FIX)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")     # what cannot be deserialised stays text
-            return json_to_data(text)
-    except (ValueError, TypeError, AttributeError) as err:
-        raise SpecError("policy", f"{path} has an unreadable 'data' member "
-                        f"({_first_line(err)})", POLICY_FIX) from None
-
-
-def _check_class(path: Path, policy_class: object) -> None:
-    from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
-
-    if isinstance(policy_class, type) and issubclass(policy_class, MaskableActorCriticPolicy):
-        return
-    if not isinstance(policy_class, type):
-        raise SpecError("policy", f"{path} does not say which policy class it holds (its "
-                        "policy_class cannot be read)", POLICY_FIX)
-    raise SpecError("policy", f"{path} holds a policy of class {policy_class.__name__}, not "
-                    "MaskablePPO's MaskableActorCriticPolicy (a policy of another algorithm)",
-                    POLICY_FIX)
-
-
-def _check_spaces(path: Path, data: dict, layout: Layout) -> None:
-    """The policy's spaces against the scheduler's: observations in a Box of
-    ``layout.shape`` and actions in ``Discrete(layout.actions)``."""
-    obs, act = data.get("observation_space"), data.get("action_space")
-    if not (hasattr(obs, "shape") and hasattr(act, "shape")):
-        raise SpecError("policy", f"{path} does not say what it observes and does (its "
-                        "spaces cannot be read)", POLICY_FIX)
-    ours = (f"Box{layout.shape}", f"Discrete({layout.actions})")
-    theirs = (_space(obs), _space(act))
-    if theirs != ours:
-        raise SpecError("policy", f"{path} is a policy of another environment: it observes "
-                        f"{theirs[0]} and acts in {theirs[1]}, the RL scheduler observes "
-                        f"{ours[0]} and acts in {ours[1]}",
-                        "train one for it (mltcp cluster rl-train), or use a shipped one "
-                        "(rl-base)")
-
-
-def _space(space: object) -> str:
-    """A gymnasium space in a few characters: ``Box(4, 24)``, ``Discrete(29)``."""
-    name = type(space).__name__
-    if name == "Discrete":
-        return f"Discrete({int(space.n)})"          # type: ignore[attr-defined]
-    return f"{name}{tuple(space.shape)}"            # type: ignore[attr-defined]
-
-
-def _first_line(err: BaseException, limit: int = 120) -> str:
-    """The start of a library's message: enough to say what failed, on one line."""
-    text = str(err).strip()
-    line = text.splitlines()[0] if text else type(err).__name__
-    return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
 @dataclass

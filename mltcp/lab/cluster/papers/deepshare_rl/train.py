@@ -19,9 +19,11 @@ Three options go beyond the paper (all off by default, the paper's setup):
   before PPO (:mod:`.imitation`), so that PPO learns what the rule does not.
 
 Training prints a line per episode (reward, JCT, utilisation, CS) and per checkpoint,
-and writes, next to the policy (``NAME.zip``): ``NAME.json`` (the settings, the command
-that reproduces it, the training time, the library versions, every episode's figures
-and the selection curve) and ``NAME-curves.png``/``.pdf`` (the curves).  The policy and
+and writes the policy (``NAME.zip``, stable-baselines3's checkpoint with the NumPy copy
+of its network that ``cluster run`` evaluates without PyTorch: :mod:`.numpy_export`)
+and next to it ``NAME.json`` (the settings, the command that reproduces it, the
+training time, the library versions, every episode's figures and the selection curve)
+and ``NAME-curves.png``/``.pdf`` (the curves).  The policy and
 its record are written atomically (mltcp.lab.common.atomic): a training cut short
 leaves the previous policy of that name whole, never a truncated zip that a later
 experiment would load.  stable-baselines3's logger is replaced by one that writes
@@ -44,7 +46,6 @@ from __future__ import annotations
 import io
 import itertools
 import re
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -53,10 +54,11 @@ from typing import Any
 
 import numpy as np
 
-from mltcp.core import signals, validate
+from mltcp.core import console, signals, validate
 from mltcp.core.errors import CapabilityError, SpecError
 from mltcp.lab.cluster.engine.network import congestion_control
 from mltcp.lab.cluster.papers.deepshare_rl import imitation as rl_imitate
+from mltcp.lab.cluster.papers.deepshare_rl import numpy_export
 from mltcp.lab.cluster.papers.deepshare_rl import selection as rl_select
 from mltcp.lab.cluster.papers.deepshare_rl import setup as deepshare
 from mltcp.lab.common import inputfile, plotting
@@ -246,7 +248,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, name: str,
     model.policy.optimizer.register_step_pre_hook(lambda *_: signals.check())
     result = TrainResult(cfg, out / f"{name}.zip", 0.0)
     started = time.monotonic()
-    say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+    say = progress or console.line
     beat = Heartbeat(say)
 
     def where() -> str:
@@ -300,11 +302,14 @@ def train(cfg: TrainConfig, out_dir: str | Path, name: str,
     if chooser is not None:
         chooser.judge(model.num_timesteps)          # the last policy is a checkpoint too
     result.train_s = time.monotonic() - started
+    # the policy with the NumPy copy of its network, which cluster run evaluates
     if chooser is None:
         with replacing(result.policy) as tmp:      # its name keeps .zip: SB3 adds none
             model.save(tmp)
+            tmp.write_bytes(numpy_export.with_network(tmp.read_bytes(), str(result.policy)))
     else:
-        write_bytes(result.policy, chooser.selection.best_policy)
+        write_bytes(result.policy, numpy_export.with_network(chooser.selection.best_policy,
+                                                             str(result.policy)))
     record = {"name": name, "config": asdict(cfg), "command": command,
               "train_s": result.train_s, "timesteps": cfg.timesteps,
               "versions": {"stable_baselines3": sb3.__version__,

@@ -1,0 +1,7 @@
+"""``python -m mltcp``: the same as the ``mltcp`` command."""
+
+import sys
+
+from mltcp.cli import main
+
+sys.exit(main())
