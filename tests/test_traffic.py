@@ -73,6 +73,26 @@ def discard_server() -> Iterator[tuple[int, list[int], threading.Thread]]:
     thread.join(timeout=5)
 
 
+def _namespace_loss_counters() -> tuple[int, int]:
+    """(segments retransmitted, retransmission timeouts) by every TCP socket of this
+    network namespace so far: the kernel's own tally (/proc/net/snmp, /proc/net/netstat).
+
+    Loopback loses nothing, but TCP may still retransmit on it: on a busy host a tail
+    loss probe fires when an ACK is a few milliseconds late (CI once counted one in a
+    ring job).  So the tests do not assert zero; they assert that the connections'
+    counters, as the traffic generator reads them, never exceed what the namespace's TCP
+    counted over the same span (which catches a counter read twice, summed over
+    iterations or taken from the wrong field) and are zero whenever the namespace's are."""
+    def table(path: str, prefix: str) -> dict[str, int]:
+        lines = Path(path).read_text().splitlines()
+        for names, values in zip(lines[::2], lines[1::2], strict=True):
+            if names.startswith(prefix):
+                return dict(zip(names.split()[1:], map(int, values.split()[1:]), strict=True))
+        raise AssertionError(f"{path} has no {prefix} table")
+    return (table("/proc/net/snmp", "Tcp:")["RetransSegs"],
+            table("/proc/net/netstat", "TcpExt:")["TCPTimeouts"])
+
+
 # --------------------------------------------------------------------------- TCP_INFO
 
 
@@ -81,6 +101,7 @@ def test_tcp_info_reads_sane_values_on_loopback(
 ) -> None:
     port, received, server = discard_server
     sent = 3_000_000
+    before = _namespace_loss_counters()
     with connect("127.0.0.1", port, "reno") as sock:  # reno: selectable without privilege
         fresh = read_tcp_info(sock)
         assert fresh.state == 1  # TCP_ESTABLISHED
@@ -92,7 +113,7 @@ def test_tcp_info_reads_sane_values_on_loopback(
         assert done.bytes_sent == sent
         assert done.bytes_acked - fresh.bytes_acked == sent
         assert done.snd_cwnd >= 1 and 0 < done.rtt_us < 1_000_000
-        assert done.total_retrans == 0
+        assert done.total_retrans <= _namespace_loss_counters()[0] - before[0]
         assert read_tcp_info(sock).bytes_acked == done.bytes_acked
         _check_against_ss(port, done)
     server.join(timeout=5)
@@ -134,15 +155,19 @@ def test_unknown_cc_raises_spec_error_naming_cc() -> None:
 def test_a_ring_job_records_every_iteration_with_its_barrier() -> None:
     spec = TrafficSpec(name="r", workers=loopback(3), cc="reno", connections=2, iterations=3,
                        bytes_per_worker=1_000_000, compute_ms=20, sample_ms=5)
+    before = _namespace_loss_counters()
     rep = traffic.run(spec)
+    counted = [after - b for after, b in zip(_namespace_loss_counters(), before, strict=True)]
     its = rep["iterations"]
     assert [it["index"] for it in its] == [0, 1, 2]
     for prev, it in zip([None, *its], its, strict=False):
         assert it["bytes"] == 3 * 1_000_000                    # every worker sends
         assert it["comm_end"] > it["comm_start"] >= it["start"] + 0.02
-        assert it["retransmits"] == 0 and it["rtos"] == 0
+        assert 0 <= it["rtos"] <= it["retransmits"]           # a timeout retransmits
         if prev:
             assert it["start"] >= prev["end"]
+    assert sum(it["retransmits"] for it in its) <= counted[0]
+    assert sum(it["rtos"] for it in its) <= counted[1]
     assert rep["bytes_acked_total"] == 3 * 3 * 1_000_000
     # Samples count data bytes per connection (no SYN): 3 workers x 2 connections.
     assert {s["conn"] for s in rep["samples"]} == set(range(6))
