@@ -31,7 +31,7 @@ from tests.interrupt import ctrl_c_group_when_ready
 
 REPO = Path(__file__).resolve().parents[1]
 HOOK_VARS = ("MLTCP_HOOK_OUT", "MLTCP_JOB", "MLTCP_HOOK_SIGNAL", "MLTCP_AGENT_SOCKET", "RANK",
-             "WORLD_SIZE", "MLTCP_START_AT")
+             "WORLD_SIZE", "MLTCP_START_AT", "MLTCP_START_GO")
 CNN = ["--model", "resnet18"]
 
 
@@ -128,6 +128,21 @@ def test_a_start_within_a_day_or_in_the_past_is_taken(monkeypatch) -> None:
     assert start_time(1000.0 + MAX_START_AHEAD_S, "x", now=1000.0) == 1000.0 + MAX_START_AHEAD_S
     with pytest.raises(SpecError, match=r"^x: .* is 24 hours ahead"):
         start_time(1001.0 + MAX_START_AHEAD_S, "x", now=1000.0)
+
+
+def test_a_go_file_needs_a_latest_start_and_a_path(monkeypatch) -> None:
+    """MLTCP_START_GO only brings the start forward: without MLTCP_START_AT a missing
+    go file would hold the ranks for ever, so the pair is refused, naming the variable."""
+    monkeypatch.setenv("MLTCP_START_GO", "/tmp/go")
+    with pytest.raises(SpecError, match=r"^MLTCP_START_GO: needs a latest start") as err:
+        parse(CNN)
+    assert "MLTCP_START_AT" in err.value.fix
+    with pytest.raises(SpecError, match=r"^--start-go: needs a latest start"):
+        parse([*CNN, "--start-go", "/tmp/go"])
+    monkeypatch.setenv("MLTCP_START_AT", repr(time.time() + 60))
+    assert parse(CNN).start_go == "/tmp/go"
+    with pytest.raises(SpecError, match=r"^--start-go: is empty"):
+        parse([*CNN, "--start-go", " "])
 
 
 def test_the_workload_refuses_it_in_one_line_before_anything_runs() -> None:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from pathlib import Path
+
 import pytest
 
+from mltcp.core.workload import go_moment
 from mltcp.lab.scenario.hosts import start
 from mltcp.lab.scenario.report import _start_lines
 
@@ -30,8 +35,41 @@ def test_a_run_whose_jobs_all_start_on_their_moment_is_synchronized() -> None:
     rec = record({"a": 0.002, "b": 0.011}, {"a": 6.0, "b": 7.5})
     assert rec["synchronized"] and rec["max_skew_s"] == pytest.approx(0.011)
     assert rec["jobs"]["b"] == {"skew_s": pytest.approx(0.011), "startup_s": 7.5,
-                                "late": False}
-    assert start.describe(rec).startswith("synchronized start: every job within 11 ms")
+                                "told_s": 15.0, "late": False}
+    assert start.describe(rec).startswith("synchronized start: every job within 11 ms of its "
+                                          "moment, 15.0 s after the launch (slack 15 s)")
+
+
+def test_the_go_and_ready_lines_are_read_from_the_workloads_output() -> None:
+    out = ("start: ready at 1764213000.125; the first iteration waits for the go file "
+           "/tmp/x/start-go, at most 50.0 s, until 04:30:00 (--start-at)\n"
+           "start: go at 1764213001.125000, 49.0 s before --start-at\n")
+    assert start.ready_at(out) == 1764213000.125
+    assert start.go_at(out) == 1764213001.125
+    assert start.go_at("start: ready at 12.5; the first iteration waits 3.0 s") is None
+
+
+def test_a_go_file_brings_the_start_forward(tmp_path: Path) -> None:
+    """The workers' side of the go file (mltcp.core.workload.go_moment): its moment once
+    it appears, never later than the latest start; without one, the latest start."""
+    go = tmp_path / "start-go"
+    now = time.time()
+    latest = now + 30
+    writer = threading.Timer(0.2, lambda: go.write_text(f"{now + 0.5!r}\n"))
+    writer.start()
+    began = time.monotonic()
+    assert go_moment(str(go), latest) == now + 0.5
+    assert 0.15 <= time.monotonic() - began < 5          # it waited for the file, not 30 s
+    go.write_text(f"{latest + 10!r}")                     # after the latest: the latest
+    assert go_moment(str(go), latest) == latest
+    for text in ("soon", "nan", "inf", ""):               # not a moment: the latest
+        go.write_text(text)
+        assert go_moment(str(go), latest) == latest
+    go.unlink()
+    assert go_moment(str(go), now - 1) == now - 1         # none and the latest is past
+    began = time.monotonic()
+    assert go_moment(str(go), time.time() + 0.3) > now   # none: waits for the latest
+    assert time.monotonic() - began >= 0.25
 
 
 def test_a_job_that_was_ready_after_its_moment_makes_the_run_not_synchronized() -> None:

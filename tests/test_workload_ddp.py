@@ -212,18 +212,22 @@ def test_the_transformer_trains_on_two_ranks_and_signals_each_iteration(
         tmp_path: Path) -> None:
     pytest.importorskip("torch", reason=TORCH_REASON)
     model = ["--model", "transformer", "--preset", "tiny", "--batch", "2"]
-    start_at = time.time() + 8              # past the launch: the ranks wait for it
+    # The hosts backend's start: a latest moment, and a go file it writes once every
+    # job is ready; here it is there from the first, with a moment already past, so the
+    # ranks start as soon as they are ready, together, long before the latest moment.
+    start_at, go = time.time() + 300, time.time()
+    go_file = tmp_path / "start-go"
+    go_file.write_text(f"{go!r}\n")
     with short_tmp() as d, Agent(os.path.join(d, "agent.sock")).serving() as agent:
         stdout = _torchrun(tmp_path, *model, env={
             "MLTCP_JOB": "lm", "MLTCP_HOOK_SIGNAL": "1", "MLTCP_AGENT_SOCKET": agent.path,
-            "MLTCP_START_AT": str(start_at)})
+            "MLTCP_START_AT": str(start_at), "MLTCP_START_GO": str(go_file)})
     records = _check_records(tmp_path, model, "lm")
-    assert all(r.start_wall >= start_at for r in records)
-    from mltcp.lab.scenario.hosts.start import ready_at
-    ready = ready_at(stdout)        # the line the hosts backend reads
-    assert ready is not None
-    # On a busy host the start-up can outlast the 8 s: then the workload says it is late.
-    assert ("the first iteration waits" if ready < start_at else "LATE: ") in stdout
+    from mltcp.lab.scenario.hosts.start import go_at, ready_at
+    ready = ready_at(stdout)        # the lines the hosts backend reads
+    assert ready is not None and "the first iteration waits for the go file" in stdout
+    assert go_at(stdout) == pytest.approx(go, abs=1e-6)
+    assert all(ready <= r.start_wall < start_at for r in records)
     assert all(r.signal_seq is not None and r.signal_failures == 0 for r in records)
     assert sorted((m["iteration"], m["job"], m["op"]) for _, m in agent.received) == sorted(
         (r.iteration, "lm", "signal") for r in records)

@@ -24,6 +24,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import NoReturn
 
 from mltcp.core import validate
@@ -42,6 +43,8 @@ MAX_WORKERS = validate.MAX_WORLD_SIZE
 # leaves room for a hand-made synchronized start, and what lies beyond (a time in ms, a
 # year typed wrong) would hold the training for months, or overflow time.sleep.
 MAX_START_AHEAD_S = 86_400.0
+# --start-go / MLTCP_START_GO: how often a rank that is ready looks for its go file.
+GO_POLL_S = 0.01
 # What one rank may need (estimate: memory_bytes): more than any GPU's or a usual host's
 # memory.  DDP keeps the whole model on every rank, so a model past it cannot train.
 MAX_RANK_MEMORY_BYTES = 2**40
@@ -92,6 +95,7 @@ class RunSpec:
     bucket_cap_mb: float = 25.0
     log_every: int = 10
     start_at: float | None = None
+    start_go: str | None = None
     hook_out: str | None = None
     job: str | None = None
     signal: bool | None = None
@@ -131,6 +135,10 @@ def parser() -> argparse.ArgumentParser:
                     help="hold the first iteration until this wall-clock time (seconds since "
                     "the epoch, at most a day ahead; default $MLTCP_START_AT, else at once): "
                     "jobs start together")
+    ap.add_argument("--start-go", metavar="FILE",
+                    help="with --start-at: start earlier, at the moment FILE names (seconds "
+                    "since the epoch, written once every job is ready; see go_moment) "
+                    "(default $MLTCP_START_GO, else wait for --start-at)")
     cnn = ap.add_argument_group("CNNs (resnet*, vgg*)")
     cnn.add_argument("--image-size", type=int, help="image side in pixels (default 32)")
     cnn.add_argument("--classes", type=int, help="output classes (default 10)")
@@ -210,6 +218,14 @@ def parse(argv: Sequence[str] | None = None,
         except ValueError:
             raise SpecError(start_flag, f"{text!r} is not a time",
                             "give seconds since the epoch, e.g. $(date +%s)") from None
+    go_flag, start_go = "--start-go", args.start_go
+    if start_go is None and env.get("MLTCP_START_GO"):
+        go_flag, start_go = "MLTCP_START_GO", env["MLTCP_START_GO"]
+    if start_go is not None and start_at is None:
+        raise SpecError(go_flag, "needs a latest start to fall back on",
+                        "give --start-at (or MLTCP_START_AT) as well")
+    if start_go is not None and not start_go.strip():
+        raise SpecError(go_flag, "is empty", "give the path of the go file, or unset it")
     workers_flag, workers = "--workers", args.workers
     if workers is None:
         workers_flag = "WORLD_SIZE"
@@ -227,6 +243,7 @@ def parse(argv: Sequence[str] | None = None,
                                       lo_open=True),
         log_every=validate.integer(args.log_every, "--log-every", 1, 10**7, "10"),
         start_at=None if start_at is None else start_time(start_at, start_flag),
+        start_go=start_go,
         hook_out=args.hook_out,
         job=None if args.job is None else validate.job_name(args.job, "--job"),
         signal=args.signal, describe=args.describe,
@@ -244,6 +261,34 @@ def start_time(value: float, flag: str, now: float | None = None) -> float:
                         f"give a time at most a day ahead, in seconds since the epoch, e.g. "
                         f"{example}")
     return at
+
+
+def go_moment(path: str, latest: float, poll_s: float = GO_POLL_S) -> float:
+    """When to start: the moment the go file at ``path`` names, once it appears, or
+    ``latest`` (``--start-at``) if it has not by then.
+
+    Why: a fixed moment has to leave room for the slowest start-up (torchrun, the
+    rendezvous, the model build), so every run waited out its whole slack.  The hosts
+    backend instead writes each job's go file, a moment a little ahead, once every job's
+    rank 0 said it was ready, and keeps ``--start-at`` as the fallback should the file
+    never come.  The file holds seconds since the epoch (one number; written whole, by a
+    rename); a moment after ``latest``, or text that is not one, counts as ``latest``.
+    Polled every ``poll_s``, so Ctrl-C still ends the wait at once."""
+    while True:
+        now = time.time()
+        try:
+            text = Path(path).read_text()
+        except OSError:                     # not there yet (or unreadable: wait it out)
+            text = None
+        if text is not None:
+            try:
+                named = float(text)
+            except ValueError:
+                return latest
+            return min(named, latest) if math.isfinite(named) else latest
+        if now >= latest:
+            return latest
+        time.sleep(min(poll_s, latest - now))
 
 
 def _span(seconds: float) -> str:

@@ -51,7 +51,7 @@ from mltcp.core import signals
 from mltcp.core.budget import JobDescription
 from mltcp.core.errors import CapabilityError, SpecError
 from mltcp.workloads import spec as spec_
-from mltcp.workloads.spec import RunSpec
+from mltcp.workloads.spec import RunSpec, go_moment
 
 RENDEZVOUS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -142,12 +142,19 @@ def _train_ranks(run: RunSpec, h: hook.IterationHook, net: Any,
         wait = run.start_at - ready
         if rank == 0:       # "start: ready at" is what the hosts backend reads
             when = time.strftime('%H:%M:%S', time.localtime(run.start_at))
+            go = f"for the go file {run.start_go}, at most " if run.start_go else ""
             print(f"start: ready at {ready:.3f}; " + (
-                f"the first iteration waits {wait:.1f} s, until {when} (--start-at)"
+                f"the first iteration waits {go}{wait:.1f} s, until {when} (--start-at)"
                 if wait >= 0 else
                 f"LATE: {-wait:.1f} s after {when} (--start-at); the first iteration starts "
                 "now, not together with the other jobs"), flush=True)
-        time.sleep(max(0.0, wait))
+        start_at = run.start_at
+        if run.start_go and wait > 0:
+            start_at = go_moment(run.start_go, run.start_at)
+            if rank == 0:   # "start: go at": the moment the hosts backend measures skew from
+                print(f"start: go at {start_at:.6f}, {run.start_at - start_at:.1f} s before "
+                      "--start-at", flush=True)
+        time.sleep(max(0.0, start_at - time.time()))
     pad_s = run.gpu_time_ms / 1000
     durations: list[float] = []
     for i in range(run.iterations):

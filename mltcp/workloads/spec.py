@@ -26,6 +26,7 @@ from mltcp.core.workload import (
     TransformerSize,
     check_memory,
     fail,
+    go_moment,
     memory_bytes,
     parameters,
     parse,
@@ -35,5 +36,5 @@ from mltcp.core.workload import (
 
 __all__ = ["BACKENDS", "CNNS", "MAX_RANK_MEMORY_BYTES", "MAX_START_AHEAD_S", "MAX_WORKERS",
            "MODELS", "PRESETS", "PROG", "RESNETS", "TRANSFORMER", "VGGS", "ModelSpec",
-           "RunSpec", "TransformerSize", "check_memory", "fail", "memory_bytes", "parameters",
-           "parse", "parser", "start_time"]
+           "RunSpec", "TransformerSize", "check_memory", "fail", "go_moment", "memory_bytes",
+           "parameters", "parse", "parser", "start_time"]

@@ -12,7 +12,8 @@ scheme, what the datapath counted per job (``provenance.datapath``: iterations, 
 budget boundaries, signals; the measure of its iteration detection against the hook's).
 The dedicated baseline is each job alone on the same hosts (the runner's ``only_job``
 plans).
-The jobs start their first iterations at one moment; the slack before it follows the
+The jobs start their first iterations at one moment, a second after the last of them
+was ready (the go files); the slack, the latest moment should that fail, follows the
 start-up measured on the hosts (:mod:`mltcp.lab.scenario.hosts.start`), each job's
 first-iteration skew is recorded in the trace (``provenance.start``), and a run whose
 jobs missed the moment is run again once with a slack its start-up calls for (still

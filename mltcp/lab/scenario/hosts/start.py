@@ -6,7 +6,15 @@ meet at the rendezvous and build the model.  A start-up longer than the slack us
 be missed silently: the workers found the moment past ("waits 0.0 s") and started at
 once, one job seconds after the other, and the run still passed for synchronized.
 
-So the slack follows the start-up measured on the run's own hosts
+A moment fixed at launch must leave room for the slowest start-up, so every run used to
+wait out its whole slack.  Now the slack is only the latest moment: once every job's
+rank 0 said it was ready, the backend writes each job's *go file* on its hosts
+(``MLTCP_START_GO``, :func:`mltcp.core.workload.go_moment`) with a moment
+``GO_AHEAD_S`` ahead, and the workers start then; rank 0 prints the moment it took
+(``start: go at T``), from which the skew is measured.  Should the file never come,
+the workers start at ``MLTCP_START_AT`` as before.
+
+The slack follows the start-up measured on the run's own hosts
 (:class:`StartClock`: the longest start-up seen so far, times
 ``SLACK_FACTOR``, plus ``SLACK_MARGIN_S``; the first run uses the given or default
 slack), each worker reports when it was ready (the workload's ``start: ready at``
@@ -23,19 +31,34 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-DEFAULT_SLACK_S = 15.0        # the first run's: torchrun, rendezvous and model build
+# The first run's latest moment (torchrun, rendezvous and model build): only a fallback
+# now that the jobs start once all are ready, so it is generous (a cold first import of
+# PyTorch beside other work measured 26-33 s on a 2-core machine).
+DEFAULT_SLACK_S = 60.0
 MIN_SLACK_S = 3.0             # never less, however quick the hosts were
 SLACK_FACTOR = 1.5            # the slack over the longest start-up measured
 SLACK_MARGIN_S = 2.0
 SYNC_TOLERANCE_S = 0.05       # a job's first iteration this close to its moment: on time
+# The go moment, this long after every job was ready: the go files' writes (one SSH
+# command per host, all at once; ~0.1 s on a LAN) and each rank's poll fit in it.
+GO_AHEAD_S = 1.0
 
 # The workload's line (mltcp.workloads.ddp), rank 0, once every rank is ready.
 READY_RE = re.compile(r"^start: ready at (\d+(?:\.\d+)?)", re.MULTILINE)
+# Its line once it took the go file's moment.
+GO_RE = re.compile(r"^start: go at (\d+(?:\.\d+)?)", re.MULTILINE)
 
 
 def ready_at(log_text: str) -> float | None:
     """When a job's ranks were all ready (epoch seconds), from its rank 0's output."""
     found = READY_RE.search(log_text)
+    return float(found.group(1)) if found else None
+
+
+def go_at(log_text: str) -> float | None:
+    """The go file's moment a job's rank 0 started at, from its output (None: it
+    waited for ``MLTCP_START_AT``)."""
+    found = GO_RE.search(log_text)
     return float(found.group(1)) if found else None
 
 
@@ -60,16 +83,19 @@ class StartClock:
 def start_record(launched_at: float, slack_s: float, start_at: Mapping[str, float],
                  first_start: Mapping[str, float], ready: Mapping[str, float | None],
                  attempt: int = 1) -> dict:
-    """The start of one run, for the trace's provenance: per job the moment it was told
-    (``start_at``, epoch s), its first iteration's start (``first_start``), when its
-    ranks were ready, the skew and the start-up (ready - launch); ``synchronized`` only
-    when every skew is within the tolerance."""
+    """The start of one run, for the trace's provenance: per job the moment it started
+    by (``start_at``, epoch s: its go file's, or else the slack's), its first
+    iteration's start (``first_start``), when its ranks were ready, the skew, the
+    start-up (ready - launch) and how long after the launch its moment came
+    (``told_s``; below the slack when the go file was used); ``synchronized`` only when
+    every skew is within the tolerance."""
     jobs = {}
     for name, told in start_at.items():
         skew = first_start[name] - told
         r = ready.get(name)
         jobs[name] = {"skew_s": round(skew, 6),
                       "startup_s": round(r - launched_at, 3) if r is not None else None,
+                      "told_s": round(told - launched_at, 3),
                       "late": skew > SYNC_TOLERANCE_S}
     return {"slack_s": round(slack_s, 3), "attempt": attempt,
             "tolerance_s": SYNC_TOLERANCE_S,
@@ -90,8 +116,9 @@ def describe(record: Mapping) -> str:
             f"{'?' if j['startup_s'] is None else format(j['startup_s'], '.1f')} s)"
             for name, j in late_jobs(record).items()]
     if not late:
+        told = max(j.get("told_s", record["slack_s"]) for j in record["jobs"].values())
         return (f"synchronized start: every job within {record['max_skew_s'] * 1000:.0f} ms "
-                f"(slack {record['slack_s']:g} s)")
+                f"of its moment, {told:.1f} s after the launch (slack {record['slack_s']:g} s)")
     return (f"start NOT synchronized with slack {record['slack_s']:g} s: " + ", ".join(late))
 
 

@@ -95,6 +95,7 @@ class HostRun:
         self.start_slack_s = sync_start.DEFAULT_SLACK_S if start_slack_s is None else start_slack_s
         self.launched_at = 0.0                        # wall clock of start()
         self.start_at: dict[str, float] = {}          # job -> the moment it was told
+        self.went_at: float | None = None             # when the go files were written
         self.inventory = inventory
         self.workdir = workdir
         self.say = progress or (lambda _msg: None)
@@ -291,6 +292,7 @@ class HostRun:
                "MLTCP_HOOK_SIGNAL": "1" if workload.signal and self.plan.scheme.mltcp else "0",
                "MLTCP_AGENT_SOCKET": self.agent_socket,
                "MLTCP_START_AT": repr(start_at + job.start_ms / 1000),
+               "MLTCP_START_GO": self.go_file(on),
                "GLOO_SOCKET_IFNAME": host.data_iface, "NCCL_SOCKET_IFNAME": host.data_iface,
                "NCCL_IB_DISABLE": "1", "OMP_NUM_THREADS": "1"}
         torchrun = [host.python, "-m", "torch.distributed.run", f"--nnodes={len(on.hosts)}",
@@ -305,12 +307,48 @@ class HostRun:
                   f"{shlex.join(torchrun)}")
         return ["sh", "-c", script]
 
+    @staticmethod
+    def go_file(on: JobOnHosts) -> str:
+        """Where a job's workers look for their go moment, on each of its hosts."""
+        return f"{on.remote_dir}/start-go"
+
+    def _rank0_log(self, on: JobOnHosts) -> Path:
+        return self.workdir / f"{on.plan.name}-0-{on.hosts[0].name}.log"
+
+    def go_when_ready(self) -> None:
+        """Once every job's rank 0 said it is ready, write each job's go file, on each of
+        its hosts, with a moment :data:`~.start.GO_AHEAD_S` ahead: the jobs start then,
+        not at the end of the slack (:mod:`.start`).  A write that fails leaves that
+        host's ranks to start at their ``MLTCP_START_AT``; the skew record shows it."""
+        if self.went_at is not None or not self.jobs:
+            return
+        for on in self.jobs:
+            log = self._rank0_log(on)
+            if not log.exists() or sync_start.ready_at(log.read_text(errors="replace")) is None:
+                return
+        self.went_at = time.time()
+        go = self.went_at + sync_start.GO_AHEAD_S
+        writes = [(on, host) for on in self.jobs
+                  if go + on.plan.start_ms / 1000 < self.start_at[on.plan.name]
+                  for host in dict.fromkeys(on.hosts)]
+
+        def write(item: object) -> None:
+            on, host = item  # type: ignore[misc]
+            path = self.go_file(on)
+            self.sessions[host.name].run(
+                ["sh", "-c", 'cat > "$1.tmp" && mv "$1.tmp" "$1"', "sh", path],
+                timeout_s=10, input_text=f"{go + on.plan.start_ms / 1000!r}\n")
+
+        _on_each(writes, write)
+
     def wait(self, timeout_s: float) -> None:
-        """Until every worker ended; a failed one stops the run with its host, job and the
+        """Until every worker ended, starting the jobs once all are ready
+        (:meth:`go_when_ready`); a failed worker stops the run with its host, job and the
         last line of its output."""
         deadline = time.monotonic() + timeout_s
         next_say = time.monotonic() + 5
         while True:
+            self.go_when_ready()
             running = 0
             for on in self.jobs:
                 for rank, (host, proc) in enumerate(on.procs):
@@ -338,14 +376,17 @@ class HostRun:
                      attempt: int = 1) -> dict:
         """How the synchronized start went (:func:`.start.start_record`): each job's
         first-iteration skew, and its start-up from its rank 0's "ready at" line."""
-        ready = {}
+        ready, told = {}, dict(self.start_at)
         for on in self.jobs:
-            path = self.workdir / f"{on.plan.name}-0-{on.hosts[0].name}.log"
-            ready[on.plan.name] = sync_start.ready_at(path.read_text(errors="replace")) \
-                if path.exists() else None
+            path = self._rank0_log(on)
+            text = path.read_text(errors="replace") if path.exists() else ""
+            ready[on.plan.name] = sync_start.ready_at(text)
+            go = sync_start.go_at(text)
+            if go is not None:
+                told[on.plan.name] = go
         first = {name: min(r.start_wall for r in recs) for name, recs in records.items()}
-        return sync_start.start_record(self.launched_at, self.start_slack_s, self.start_at,
-                                  first, ready, attempt)
+        return sync_start.start_record(self.launched_at, self.start_slack_s, told,
+                                       first, ready, attempt)
 
     def collect(self) -> dict[str, list[hook.IterationHookRecord]]:
         """Each job's hook records of rank 0 (DDP steps in lock-step: rank 0 stands for
