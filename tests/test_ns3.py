@@ -378,5 +378,7 @@ def test_an_interrupted_parallel_ns3_run_stops_its_workers_and_starts_no_more(mo
                 pass
     finally:
         signal.signal(signal.SIGINT, previous)
-    assert stopped.is_set() and time.monotonic() - t0 < 2.0
+    # Seen within a poll (0.2 s) of the SIGINT at 0.3 s; a run not stopped goes on for the
+    # ns-3 runs' length.  The bound leaves a busy host room (bench_ctrl_c.py measures).
+    assert stopped.is_set() and time.monotonic() - t0 < 5.0
     assert len(started) == 2                            # the queued four never started

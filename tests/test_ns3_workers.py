@@ -154,7 +154,10 @@ def test_a_stopped_run_kills_its_worker_within_a_poll(monkeypatch) -> None:
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         worker.run(_plan(2), stop=stop)                 # the stand-in hangs on seed 2
-    assert time.monotonic() - t0 < 1.0 and not worker.alive()
+    # The stop comes at 0.3 s and is seen within a poll (launch.POLL_S); without it the
+    # stand-in hangs for ever.  The bound leaves a busy host a few seconds: the suite
+    # asserts the behaviour, bench/bench_ctrl_c.py measures the latency.
+    assert time.monotonic() - t0 < 0.3 + launch.POLL_S + 3.0 and not worker.alive()
     with pytest.raises(MltcpError, match="failed: exit status -9"):
         worker.run(_plan(0))                            # a killed worker runs nothing
 
