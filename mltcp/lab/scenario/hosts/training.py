@@ -20,6 +20,7 @@ import contextlib
 import json
 import shlex
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -319,7 +320,10 @@ class HostRun:
         """Once every job's rank 0 said it is ready, write each job's go file, on each of
         its hosts, with a moment :data:`~.start.GO_AHEAD_S` ahead: the jobs start then,
         not at the end of the slack (:mod:`.start`).  A write that fails leaves that
-        host's ranks to start at their ``MLTCP_START_AT``; the skew record shows it."""
+        host's ranks to start at their ``MLTCP_START_AT``; the skew record shows it.
+        The writes run on threads of their own and nothing waits for them: a host that
+        stops answering just then must not hold up the run's Ctrl-C (SSH's timeout is
+        seconds), and the teardown ends their ssh processes with the connections."""
         if self.went_at is not None or not self.jobs:
             return
         for on in self.jobs:
@@ -332,14 +336,15 @@ class HostRun:
                   if go + on.plan.start_ms / 1000 < self.start_at[on.plan.name]
                   for host in dict.fromkeys(on.hosts)]
 
-        def write(item: object) -> None:
-            on, host = item  # type: ignore[misc]
-            path = self.go_file(on)
-            self.sessions[host.name].run(
-                ["sh", "-c", 'cat > "$1.tmp" && mv "$1.tmp" "$1"', "sh", path],
-                timeout_s=10, input_text=f"{go + on.plan.start_ms / 1000!r}\n")
+        def write(on: JobOnHosts, host: HostSpec) -> None:
+            with contextlib.suppress(Exception):     # that host falls back (see above)
+                self.sessions[host.name].run(
+                    ["sh", "-c", 'cat > "$1.tmp" && mv "$1.tmp" "$1"', "sh", self.go_file(on)],
+                    timeout_s=10, input_text=f"{go + on.plan.start_ms / 1000!r}\n")
 
-        _on_each(writes, write)
+        for on, host in writes:
+            threading.Thread(target=write, args=(on, host), daemon=True,
+                             name=f"go-{on.plan.name}-{host.name}").start()
 
     def wait(self, timeout_s: float) -> None:
         """Until every worker ended, starting the jobs once all are ready
