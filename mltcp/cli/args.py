@@ -79,6 +79,16 @@ def add_fan_out_flags(parser: argparse.ArgumentParser, default: str) -> None:
                             "tcp://host:8786 (the sweep extra; default: none, this host)")
 
 
+def check_fan_out(args: argparse.Namespace) -> None:
+    """The flags of :func:`add_fan_out_flags`, before anything is written: a ``--dask``
+    address that does not answer is one line naming it, not a failure after ``--out``
+    was made."""
+    if args.dask is not None:
+        from mltcp.lab.common import distributed
+
+        distributed.check_address(args.dask)
+
+
 def add_renamed_flag(parser: argparse.ArgumentParser, old: str, new: str) -> None:
     """``old``, a flag now spelled ``new``: given, one line saying so (exit 2); its help
     says so too (every option has help: tests/test_cli_help.py)."""

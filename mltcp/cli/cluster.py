@@ -108,10 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = config.load_config(args.config)
     jobs = experiment.job_lists(cfg)        # checked, as the runs will, before --out exists
-    if args.dask is not None:
-        from mltcp.lab.common import distributed
-
-        distributed.check_address(args.dask)
+    args_.check_fan_out(args)
     make_out_dir(args.out)
     try:
         result = experiment.execute(cfg, parallel=args.parallel or 1, dask_address=args.dask,

@@ -183,10 +183,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     spec = sweep.make_spec(args.scenario, args.param, args.seeds, args.scheme,
                            backend=args.backend, backend_options=options)
     sweep.require(args.format)
-    if args.dask is not None:
-        from mltcp.lab.common import distributed
-
-        distributed.check_address(args.dask)
+    args_.check_fan_out(args)
     make_out_dir(args.out)
     runset.claim(args.out, sweep.runset_of(spec), args.force)
     rows = sweep.execute(spec, dask_address=args.dask, parallel=args.parallel)
