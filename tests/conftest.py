@@ -21,6 +21,8 @@ if "MLTCP_STATE_DIR" not in os.environ:
 
 import pytest  # noqa: E402
 
+from mltcp.core import procstat  # noqa: E402
+
 # Test files that use this host's kernel datapath, network namespaces, sshd or root-only
 # state (a build cache in /var/cache, a tuner's port): their tests are marked ``host``
 # and run one at a time (names and pins would collide).  A new file of that kind joins
@@ -113,13 +115,13 @@ def _yielding_ticks() -> int:
     """CPU time (clock ticks) so far of the processes at SCHED_IDLE: scripts/suite.py's
     work beside the quiet group, which yields to any other task, so it is not load."""
     ticks = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for pid in Path("/proc").glob("[0-9]*"):
+        found = procstat.fields(pid.name)
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[38]) == os.SCHED_IDLE:         # field 41: policy
-                ticks += int(fields[11]) + int(fields[12])   # fields 14, 15: utime, stime
-        except (OSError, IndexError, ValueError):
-            continue                                 # gone since the listing
+            if found and int(found[procstat.POLICY]) == os.SCHED_IDLE:
+                ticks += int(found[procstat.UTIME]) + int(found[procstat.STIME])
+        except (IndexError, ValueError):
+            continue                                 # cut short: gone since the listing
     return ticks
 
 

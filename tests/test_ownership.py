@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from mltcp.core import procstat
 from mltcp.host import ownership
 from mltcp.host.ownership import Held, OwnerLock, holder_of
 from mltcp.lab.scenario.emulation import owners, traffic
@@ -31,11 +32,7 @@ def _gone(pid: int, timeout_s: float = 5.0) -> bool:
     """Whether ``pid`` ends (or is a zombie) within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        if state == "Z":
+        if not procstat.alive(pid):
             return True
         time.sleep(0.02)
     return False

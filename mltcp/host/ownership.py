@@ -24,6 +24,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from mltcp.core import procstat
 from mltcp.core.errors import MltcpError
 
 _ACQUIRE_WAIT_S = 0.5     # a probe by a cleanup command holds the lock for microseconds
@@ -33,11 +34,7 @@ _POLL_S = 0.01
 
 def process_start_ticks(pid: int) -> int | None:
     """When ``pid`` started, in clock ticks since boot (``/proc/PID/stat`` field 22)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
+    return procstat.start_ticks(pid)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Protocol
 
-from mltcp.core import signals
+from mltcp.core import procstat, signals
 from mltcp.core.errors import CapabilityError, MltcpError, SpecError
 from mltcp.host.namespaces import list_netns, nsenter_argv
 
@@ -116,14 +116,6 @@ def _netns_pids(ns: str) -> list[int]:
     return [int(tok) for tok in proc.stdout.split() if tok.isdigit()]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-
-
 def _kill_netns_processes(ns: str) -> None:
     """SIGTERM, then SIGKILL, whatever still runs in ``ns``."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -134,7 +126,7 @@ def _kill_netns_processes(ns: str) -> None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + _KILL_GRACE_S
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        while time.monotonic() < deadline and any(procstat.alive(p) for p in pids):
             time.sleep(0.01)
 
 
