@@ -40,15 +40,6 @@ def test_a_run_whose_jobs_all_start_on_their_moment_is_synchronized() -> None:
                                           "moment, 15.0 s after the launch (slack 15 s)")
 
 
-def test_the_go_and_ready_lines_are_read_from_the_workloads_output() -> None:
-    out = ("start: ready at 1764213000.125; the first iteration waits for the go file "
-           "/tmp/x/start-go, at most 50.0 s, until 04:30:00 (--start-at)\n"
-           "start: go at 1764213001.125000, 49.0 s before --start-at\n")
-    assert start.ready_at(out) == 1764213000.125
-    assert start.go_at(out) == 1764213001.125
-    assert start.go_at("start: ready at 12.5; the first iteration waits 3.0 s") is None
-
-
 def test_a_go_file_brings_the_start_forward(tmp_path: Path) -> None:
     """The workers' side of the go file (mltcp.core.workload.go_moment): its moment once
     it appears, never later than the latest start; without one, the latest start."""
@@ -103,3 +94,91 @@ def test_the_report_names_the_runs_that_missed_their_start() -> None:
     assert "(largest skew 20 ms)" in line
     assert "NOT synchronized (their jobs did not start together): cubic/seed1: b +2.50 s" in line
     assert _start_lines({"runs": {"x/seed0": {}}}) == []
+
+
+class _Session:
+    """A host's SSH session that records the commands run there (or fails them)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail, self.ran = fail, []
+
+    def run(self, argv, timeout_s=120, check=True, input_text=None):  # type: ignore[no-untyped-def]
+        if self.fail:
+            raise OSError("host gone dark")
+        self.ran.append((argv, input_text))
+
+
+def _run_of_two_jobs(tmp_path: Path, dark: set[str] = frozenset()):  # type: ignore[no-untyped-def]
+    from mltcp.lab.scenario.hosts.inventory import parse_inventory
+    from mltcp.lab.scenario.hosts.training import HostRun, JobOnHosts
+    from mltcp.lab.scenario.plan import resolve
+    from mltcp.lab.scenario.spec import load_scenario
+
+    sc = load_scenario("compatible-pair")
+    plan = resolve(sc, sc.schemes[0], 0)
+    inventory = parse_inventory({"hosts": [
+        {"name": f"g{i}", "ssh": f"10.0.0.{i}", "data_addr": f"10.1.0.{i}",
+         "data_iface": "eth1"} for i in range(1, 1 + len(plan.topology.host_names()))]})
+    run = HostRun(plan, inventory, tmp_path, start_slack_s=60.0)
+    run.launched_at = time.time()
+    for job in plan.active_jobs:
+        hosts = tuple(run.host_of(h) for h in job.hosts)
+        run.jobs.append(JobOnHosts(job, hosts, job.name, f"mltcp-x/{job.name}",
+                                   f"/tmp/mltcp-hosts-x/{job.name}"))
+        run.start_at[job.name] = run.launched_at + 60.0 + job.start_ms / 1000
+        for h in hosts:
+            run.sessions.setdefault(h.name, _Session(fail=h.name in dark))
+    return run
+
+
+def _writes_go_file_of(argv: list[str], on) -> bool:  # type: ignore[no-untyped-def]
+    return argv[-1] == f"{on.remote_dir}/start-go"
+
+
+def _wait_for_writes(run, count: int) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + 10
+    while sum(len(s.ran) for s in run.sessions.values()) < count:
+        assert time.monotonic() < deadline, "the go files were never written"
+        time.sleep(0.01)
+
+
+def test_the_go_files_are_written_once_every_job_is_ready(tmp_path: Path) -> None:
+    run = _run_of_two_jobs(tmp_path)
+    first, second = run.jobs
+    run._rank0_log(first).write_text(f"start: ready at {time.time():.3f}; the first ...\n")
+    run.go_when_ready()
+    assert run.went_at is None                     # one job is still starting
+    run._rank0_log(second).write_text(f"start: ready at {time.time():.3f}; the first ...\n")
+    run.go_when_ready()
+    assert run.went_at is not None and set(run.go_at) == {first.plan.name, second.plan.name}
+    writes = sum(len(set(h.name for h in on.hosts)) for on in run.jobs)
+    _wait_for_writes(run, writes)
+    for on in run.jobs:
+        assert run.go_at[on.plan.name] == pytest.approx(
+            run.went_at + start.GO_AHEAD_S + on.plan.start_ms / 1000)
+        for host in set(h.name for h in on.hosts):
+            [(argv, text)] = [r for r in run.sessions[host].ran if _writes_go_file_of(r[0], on)]
+            assert float(text) == run.go_at[on.plan.name]
+    run.go_when_ready()                            # once only
+    assert sum(len(s.ran) for s in run.sessions.values()) == writes
+
+
+def test_a_job_whose_go_file_never_came_is_late(tmp_path: Path) -> None:
+    """Its hosts start it at MLTCP_START_AT: the skew is measured from the moment the run
+    meant, so the run is not synchronized (and is run again), however punctually that
+    job kept its own fallback."""
+    from types import SimpleNamespace
+
+    probe = _run_of_two_jobs(tmp_path / "probe")
+    dark = {h.name for h in probe.jobs[1].hosts}
+    run = _run_of_two_jobs(tmp_path, dark=dark)
+    for on in run.jobs:
+        run._rank0_log(on).write_text(f"start: ready at {time.time():.3f}; ...\n")
+    run.go_when_ready()
+    a, b = (on.plan.name for on in run.jobs)
+    records = {a: [SimpleNamespace(start_wall=run.go_at[a] + 0.001)],
+               b: [SimpleNamespace(start_wall=run.start_at[b] + 0.001)]}   # its fallback
+    rec = run.start_record(records)
+    assert rec["jobs"][a]["skew_s"] == pytest.approx(0.001)
+    assert rec["jobs"][b]["late"] and not rec["synchronized"]
+    assert rec["jobs"][b]["skew_s"] == pytest.approx(run.start_at[b] - run.go_at[b] + 0.001)

@@ -10,9 +10,9 @@ A moment fixed at launch must leave room for the slowest start-up, so every run 
 wait out its whole slack.  Now the slack is only the latest moment: once every job's
 rank 0 said it was ready, the backend writes each job's *go file* on its hosts
 (``MLTCP_START_GO``, :func:`mltcp.core.workload.go_moment`) with a moment
-``GO_AHEAD_S`` ahead, and the workers start then; rank 0 prints the moment it took
-(``start: go at T``), from which the skew is measured.  Should the file never come,
-the workers start at ``MLTCP_START_AT`` as before.
+``GO_AHEAD_S`` ahead, and the workers start then (rank 0 prints ``start: go at T``);
+the skew is measured from that moment.  Should a file never come, that job's workers
+start at ``MLTCP_START_AT``, and the job is late.
 
 The slack follows the start-up measured on the run's own hosts
 (:class:`StartClock`: the longest start-up seen so far, times
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 # The first run's latest moment (torchrun, rendezvous and model build): only a fallback
 # now that the jobs start once all are ready, so it is generous (a cold first import of
-# PyTorch beside other work measured 26-33 s on a 2-core machine).
+# PyTorch measured 26-27 s on a loaded 2-core machine, and over 30 s in CI's first run).
 DEFAULT_SLACK_S = 60.0
 MIN_SLACK_S = 3.0             # never less, however quick the hosts were
 SLACK_FACTOR = 1.5            # the slack over the longest start-up measured
@@ -45,20 +45,11 @@ GO_AHEAD_S = 1.0
 
 # The workload's line (mltcp.workloads.ddp), rank 0, once every rank is ready.
 READY_RE = re.compile(r"^start: ready at (\d+(?:\.\d+)?)", re.MULTILINE)
-# Its line once it took the go file's moment.
-GO_RE = re.compile(r"^start: go at (\d+(?:\.\d+)?)", re.MULTILINE)
 
 
 def ready_at(log_text: str) -> float | None:
     """When a job's ranks were all ready (epoch seconds), from its rank 0's output."""
     found = READY_RE.search(log_text)
-    return float(found.group(1)) if found else None
-
-
-def go_at(log_text: str) -> float | None:
-    """The go file's moment a job's rank 0 started at, from its output (None: it
-    waited for ``MLTCP_START_AT``)."""
-    found = GO_RE.search(log_text)
     return float(found.group(1)) if found else None
 
 

@@ -97,6 +97,7 @@ class HostRun:
         self.launched_at = 0.0                        # wall clock of start()
         self.start_at: dict[str, float] = {}          # job -> the moment it was told
         self.went_at: float | None = None             # when the go files were written
+        self.go_at: dict[str, float] = {}             # job -> the go file's moment
         self.inventory = inventory
         self.workdir = workdir
         self.say = progress or (lambda _msg: None)
@@ -332,15 +333,16 @@ class HostRun:
                 return
         self.went_at = time.time()
         go = self.went_at + sync_start.GO_AHEAD_S
-        writes = [(on, host) for on in self.jobs
-                  if go + on.plan.start_ms / 1000 < self.start_at[on.plan.name]
+        self.go_at = {on.plan.name: go + on.plan.start_ms / 1000 for on in self.jobs
+                      if go + on.plan.start_ms / 1000 < self.start_at[on.plan.name]}
+        writes = [(on, host) for on in self.jobs if on.plan.name in self.go_at
                   for host in dict.fromkeys(on.hosts)]
 
         def write(on: JobOnHosts, host: HostSpec) -> None:
             with contextlib.suppress(Exception):     # that host falls back (see above)
                 self.sessions[host.name].run(
                     ["sh", "-c", 'cat > "$1.tmp" && mv "$1.tmp" "$1"', "sh", self.go_file(on)],
-                    timeout_s=10, input_text=f"{go + on.plan.start_ms / 1000!r}\n")
+                    timeout_s=10, input_text=f"{self.go_at[on.plan.name]!r}\n")
 
         for on, host in writes:
             threading.Thread(target=write, args=(on, host), daemon=True,
@@ -380,15 +382,16 @@ class HostRun:
     def start_record(self, records: dict[str, list[hook.IterationHookRecord]],
                      attempt: int = 1) -> dict:
         """How the synchronized start went (:func:`.start.start_record`): each job's
-        first-iteration skew, and its start-up from its rank 0's "ready at" line."""
-        ready, told = {}, dict(self.start_at)
+        first-iteration skew, and its start-up from its rank 0's "ready at" line.  The
+        skew is measured from the moment the run meant (the go file's, once written),
+        not the one a rank took: a host whose go file never came starts its job at
+        ``MLTCP_START_AT``, and that job is late, however well it kept its own time."""
+        ready = {}
         for on in self.jobs:
             path = self._rank0_log(on)
-            text = path.read_text(errors="replace") if path.exists() else ""
-            ready[on.plan.name] = sync_start.ready_at(text)
-            go = sync_start.go_at(text)
-            if go is not None:
-                told[on.plan.name] = go
+            ready[on.plan.name] = sync_start.ready_at(path.read_text(errors="replace")) \
+                if path.exists() else None
+        told = {**self.start_at, **self.go_at}
         first = {name: min(r.start_wall for r in recs) for name, recs in records.items()}
         return sync_start.start_record(self.launched_at, self.start_slack_s, told,
                                        first, ready, attempt)
