@@ -267,11 +267,14 @@ def test_no_agent_listening_never_stops_training(sock_dir: str, tmp_path: Path, 
 def test_an_agent_that_does_not_answer_costs_one_deadline_then_is_skipped(agent: Agent) -> None:
     agent.hang = True
     t0 = now()
-    # One deadline (1 s), not five (5 s): the bound leaves a busy host 2 s for the rest.
+    # One deadline (0.3 s), not five (1.5 s): the bound leaves a busy host 0.9 s for the
+    # rest.  The deadline stays well under the agent's hang (1 s, tests/hook_agent.py):
+    # an agent that closes the connection before it is a failure, not a timeout, and
+    # does not make the hook skip the next signals.
     with hook.IterationHook(job="resnet", signal=True, agent_socket=agent.path,
-                            signal_timeout_s=1.0) as h:
+                            signal_timeout_s=0.3) as h:
         _loop(h, 5)
-    assert 1.0 <= now() - t0 < 3.0
+    assert 0.3 <= now() - t0 < 1.2
     assert h.last.signal_failures == 5 and h.last.signal_error.startswith("skipped: ")
     assert len(agent.received) == 1
 
