@@ -93,6 +93,7 @@ ELSEWHERE: tuple[tuple[str, str], ...] = (
      "the hosts backend set for `python -m mltcp.workloads.ddp` and no `mltcp` command "
      "reads: `RANK` and `WORLD_SIZE` (refused as themselves, out of range too, never "
      "replaced), `MLTCP_START_AT`/`--start-at` (at most a day ahead), "
+     "`MLTCP_START_GO`/`--start-go` (only with a latest start, never empty), "
      "`MLTCP_AGENT_SOCKET` (a path a Unix socket can have, checked when the hook starts), "
      "and Ctrl-C of the workload (one line, exit 130)"),
     ("tests/test_inventory_bad_input.py",
