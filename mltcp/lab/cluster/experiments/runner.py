@@ -26,7 +26,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import math
 import signal
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -194,9 +193,9 @@ def progress_line(done: int, total: int, key: RunKey, result: ClusterResult,
     runs are left, the time they should take at the pace so far."""
     jct = result.jct_summary()
     left = f", {eta_text(elapsed_s, done / total)}" if done < total else ""
-    print(f"[{done}/{total}] {key.label}: {len(result.jobs)} jobs, JCT mean "
-          f"{jct['mean']:.1f} s, p99 {jct['p99']:.1f} s, makespan {result.makespan_s:.1f} s "
-          f"({elapsed_s:.0f} s{left})", file=sys.stderr, flush=True)
+    console.line(f"[{done}/{total}] {key.label}: {len(result.jobs)} jobs, JCT mean "
+                 f"{jct['mean']:.1f} s, p99 {jct['p99']:.1f} s, makespan "
+                 f"{result.makespan_s:.1f} s ({elapsed_s:.0f} s{left})")
 
 
 def in_run_line(label: str, p: RunProgress, elapsed_s: float) -> str:
