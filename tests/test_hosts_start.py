@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -97,7 +98,8 @@ def test_the_report_names_the_runs_that_missed_their_start() -> None:
 
 
 class _Session:
-    """A host's SSH session that records the commands run there (or fails them)."""
+    """A host's SSH session, run here: it runs each command with this machine's sh and
+    records it once it ran (or fails it, a host gone dark)."""
 
     def __init__(self, fail: bool = False) -> None:
         self.fail, self.ran = fail, []
@@ -105,7 +107,10 @@ class _Session:
     def run(self, argv, timeout_s=120, check=True, input_text=None):  # type: ignore[no-untyped-def]
         if self.fail:
             raise OSError("host gone dark")
-        self.ran.append((argv, input_text))
+        done = subprocess.run(argv, input=input_text, text=True, timeout=timeout_s,
+                              check=check)
+        self.ran.append(argv)                        # once it ran
+        return done
 
 
 def _run_of_two_jobs(tmp_path: Path, dark: set[str] = frozenset()):  # type: ignore[no-untyped-def]
@@ -123,16 +128,14 @@ def _run_of_two_jobs(tmp_path: Path, dark: set[str] = frozenset()):  # type: ign
     run.launched_at = time.time()
     for job in plan.active_jobs:
         hosts = tuple(run.host_of(h) for h in job.hosts)
+        remote_dir = tmp_path / "hosts" / job.name       # every host's, here one
+        remote_dir.mkdir(parents=True)
         run.jobs.append(JobOnHosts(job, hosts, job.name, f"mltcp-x/{job.name}",
-                                   f"/tmp/mltcp-hosts-x/{job.name}"))
+                                   str(remote_dir)))
         run.start_at[job.name] = run.launched_at + 60.0 + job.start_ms / 1000
         for h in hosts:
             run.sessions.setdefault(h.name, _Session(fail=h.name in dark))
     return run
-
-
-def _writes_go_file_of(argv: list[str], on) -> bool:  # type: ignore[no-untyped-def]
-    return argv[-1] == f"{on.remote_dir}/start-go"
 
 
 def _wait_for_writes(run, count: int) -> None:  # type: ignore[no-untyped-def]
@@ -156,9 +159,11 @@ def test_the_go_files_are_written_once_every_job_is_ready(tmp_path: Path) -> Non
     for on in run.jobs:
         assert run.go_at[on.plan.name] == pytest.approx(
             run.went_at + start.GO_AHEAD_S + on.plan.start_ms / 1000)
+        go_file = Path(run.go_file(on))
+        assert float(go_file.read_text()) == run.go_at[on.plan.name]   # exactly
+        assert [f.name for f in go_file.parent.iterdir()] == ["start-go"]  # renamed, each
         for host in set(h.name for h in on.hosts):
-            [(argv, text)] = [r for r in run.sessions[host].ran if _writes_go_file_of(r[0], on)]
-            assert float(text) == run.go_at[on.plan.name]
+            assert sum(run.go_file(on) in argv[-1] for argv in run.sessions[host].ran) == 1
     run.go_when_ready()                            # once only
     assert sum(len(s.ran) for s in run.sessions.values()) == writes
 

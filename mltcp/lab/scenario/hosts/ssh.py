@@ -20,6 +20,7 @@ import select
 import shlex
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -189,11 +190,20 @@ class Shell:
 
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc = proc
+        self._busy = threading.Lock()
 
     def run(self, script: str, timeout_s: float) -> bool:
         """Run ``script`` (a shell command line, its output discarded) and wait for it;
-        False when the shell is gone or the script did not end within ``timeout_s``
-        (the caller then runs it another way)."""
+        False when the shell is gone, busy with another thread's script, or the script
+        did not end within ``timeout_s`` (the caller then runs it another way)."""
+        if not self._busy.acquire(blocking=False):
+            return False
+        try:
+            return self._run(script, timeout_s)
+        finally:
+            self._busy.release()
+
+    def _run(self, script: str, timeout_s: float) -> bool:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         done = f"mltcp-done-{uuid.uuid4().hex}".encode()
         try:

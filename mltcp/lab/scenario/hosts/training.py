@@ -322,9 +322,11 @@ class HostRun:
         its hosts, with a moment :data:`~.start.GO_AHEAD_S` ahead: the jobs start then,
         not at the end of the slack (:mod:`.start`).  A write that fails leaves that
         host's ranks to start at their ``MLTCP_START_AT``; the skew record shows it.
-        The writes run on threads of their own and nothing waits for them: a host that
-        stops answering just then must not hold up the run's Ctrl-C (SSH's timeout is
-        seconds), and the teardown ends their ssh processes with the connections."""
+        Each write goes through the host's open shell (:meth:`_on_host`: no SSH session
+        to start, which takes up to a second on busy CPUs, the whole of GO_AHEAD_S).
+        They run on threads of their own and nothing waits for them: a host that stops
+        answering just then must not hold up the run's Ctrl-C, and the teardown ends
+        their shells and ssh processes with the connections."""
         if self.went_at is not None or not self.jobs:
             return
         for on in self.jobs:
@@ -339,10 +341,15 @@ class HostRun:
                   for host in dict.fromkeys(on.hosts)]
 
         def write(on: JobOnHosts, host: HostSpec) -> None:
+            # Whole, by a rename, from a file of this host's own: hosts may share a
+            # filesystem (the namespace hosts of one machine do), and a shared temporary
+            # file, truncated by one while another renamed it, could be read empty.
+            path = self.go_file(on)
+            tmp = shlex.quote(f"{path}.{host.name}.tmp")
+            moment = shlex.quote(repr(self.go_at[on.plan.name]))
             with contextlib.suppress(Exception):     # that host falls back (see above)
-                self.sessions[host.name].run(
-                    ["sh", "-c", 'cat > "$1.tmp" && mv "$1.tmp" "$1"', "sh", self.go_file(on)],
-                    timeout_s=10, input_text=f"{self.go_at[on.plan.name]!r}\n")
+                self._on_host(host.name, f"printf '%s\\n' {moment} > {tmp} && "
+                                         f"mv {tmp} {shlex.quote(path)}", timeout_s=10)
 
         for on, host in writes:
             threading.Thread(target=write, args=(on, host), daemon=True,
