@@ -39,8 +39,9 @@ MIN_SLACK_S = 3.0             # never less, however quick the hosts were
 SLACK_FACTOR = 1.5            # the slack over the longest start-up measured
 SLACK_MARGIN_S = 2.0
 SYNC_TOLERANCE_S = 0.05       # a job's first iteration this close to its moment: on time
-# The go moment, this long after every job was ready: the go files' writes (one SSH
-# command per host, all at once; ~0.1 s on a LAN) and each rank's poll fit in it.
+# The go moment, this long after every job was ready: the go files' writes (a line to
+# the shell the run keeps open on each host, all at once; a new SSH command where that
+# shell is gone, up to a second on busy CPUs) and each rank's poll fit in it.
 GO_AHEAD_S = 1.0
 
 # The workload's line (mltcp.workloads.ddp), rank 0, once every rank is ready.
